@@ -1,0 +1,150 @@
+//! The storage a [`Locker`](crate::Locker) runs on.
+//!
+//! [`RedisBackend`] and [`MemoryBackend`] ship with the crate. Another store
+//! can be plugged in by implementing [`Backend`]; it must give the same
+//! guarantees: a key is held by at most one value at a time, until its ttl
+//! passes or the owner releases it, and only a caller presenting the owner's
+//! token can refresh or release it.
+
+mod memory;
+mod redis;
+
+pub use self::memory::MemoryBackend;
+pub use self::redis::{RedisBackend, RedisConfig};
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::LockError;
+
+/// A boxed, `Send` future, as returned by [`Backend`] methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Length of a lock token: 32 lowercase hex digits (a 128-bit uuid v4).
+///
+/// The value stored under a lock key starts with the token; metadata follows.
+/// Backends compare exactly this many leading bytes, so that a shorter string
+/// can never pass for a token.
+pub const TOKEN_LEN: usize = 32;
+
+/// One acquisition attempt, as sent to a [`Backend`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct AcquireRequest<'a> {
+    /// Keys to take together, all or none; namespaced, sorted, no duplicates.
+    pub keys: &'a [String],
+    /// Value to store under every key: the token, then the metadata.
+    pub value: &'a str,
+    /// Lease length.
+    pub ttl: Duration,
+    /// Counter to increment and return when the keys are taken.
+    pub fence_key: Option<&'a str>,
+}
+
+impl AcquireRequest<'_> {
+    /// The owner's token: the first [`TOKEN_LEN`] bytes of the value.
+    pub fn token(&self) -> &str {
+        &self.value[..TOKEN_LEN]
+    }
+}
+
+/// What one acquisition attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// All keys are now ours; `fence` is the new fencing token when one was
+    /// asked for.
+    Obtained {
+        /// The fencing token, when a fence key was given.
+        fence: Option<u64>,
+    },
+    /// `keys[index]` is held by someone else, for about `remaining` more
+    /// (`None` when the backend cannot tell, e.g. a key without expiry).
+    Busy {
+        /// Index in the request's keys of a key that is held.
+        index: usize,
+        /// The holder's remaining lease.
+        remaining: Option<Duration>,
+    },
+}
+
+/// A store that can hold leases.
+///
+/// Keys reach the backend already namespaced. Every method must be atomic with
+/// respect to the others: the comparison of the token and the change it
+/// guards happen as one step.
+pub trait Backend: Send + Sync + 'static {
+    /// Takes every key in `req.keys` for `req.ttl`, or none of them.
+    ///
+    /// Must be idempotent for the same value: if the keys already hold exactly
+    /// `req.value` (a retry after a lost reply), it reports `Obtained`.
+    fn acquire<'a>(&'a self, req: AcquireRequest<'a>)
+    -> BoxFuture<'a, Result<Acquired, LockError>>;
+
+    /// Extends every key to `ttl` if every key still starts with `token`;
+    /// returns whether it did. Changes nothing otherwise.
+    fn refresh<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// Deletes the keys that still start with `token`; returns whether all of
+    /// them did. Keys held by someone else are left alone.
+    fn release<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// The shortest remaining lease among `keys` if every key still starts
+    /// with `token`, else `None`.
+    fn remaining<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>>;
+}
+
+/// The Redis Cluster hash tag of `key`: the text between the first `{` and the
+/// next `}`, when it is not empty.
+pub(crate) fn hashtag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let close = key[open + 1..].find('}')?;
+    (close > 0).then(|| &key[open + 1..open + 1 + close])
+}
+
+/// The fence counter key derived from a lock key, in the same cluster slot.
+pub(crate) fn derived_fence_key(key: &str) -> String {
+    if hashtag(key).is_some() {
+        format!("{key}:fence")
+    } else {
+        format!("{{{key}}}:fence")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashtag_follows_the_cluster_rules() {
+        assert_eq!(hashtag("user:1"), None);
+        assert_eq!(hashtag("{user:1}:a"), Some("user:1"));
+        assert_eq!(hashtag("a{b}{c}"), Some("b"));
+        assert_eq!(hashtag("a{}{c}"), None);
+        assert_eq!(hashtag("a}{b"), None);
+        assert_eq!(hashtag("a{b"), None);
+    }
+
+    #[test]
+    fn derived_fence_key_shares_the_slot() {
+        assert_eq!(derived_fence_key("user:1"), "{user:1}:fence");
+        assert_eq!(
+            derived_fence_key("billing:{user:1}"),
+            "billing:{user:1}:fence"
+        );
+        assert_eq!(derived_fence_key("a{}b"), "{a{}b}:fence");
+    }
+}

@@ -1,0 +1,51 @@
+-- Takes KEYS[1..n] for ARGV[2] ms with value ARGV[1], all or none.
+-- KEYS[n+1], when present, is the fence counter: INCR'd and returned.
+-- ARGV[3] = n.
+-- Returns {1, fence or 0} when taken, {0, index, pttl} when KEYS[index] is held.
+-- Taking keys that already hold exactly ARGV[1] succeeds: that is a retry of
+-- an attempt whose reply was lost.
+local n = tonumber(ARGV[3])
+local value = ARGV[1]
+
+local function busy(i)
+  return {0, i, redis.call('PTTL', KEYS[i])}
+end
+
+if n == 1 then
+  if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+    if redis.call('GET', KEYS[1]) ~= value then
+      return busy(1)
+    end
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if #KEYS > n then
+      return {1, tonumber(redis.call('GET', KEYS[n + 1]) or 0)}
+    end
+    return {1, 0}
+  end
+else
+  local retried = true
+  for i = 1, n do
+    local current = redis.call('GET', KEYS[i])
+    if current then
+      if current ~= value then
+        return busy(i)
+      end
+    else
+      retried = false
+    end
+  end
+  for i = 1, n do
+    redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
+  end
+  if retried then
+    if #KEYS > n then
+      return {1, tonumber(redis.call('GET', KEYS[n + 1]) or 0)}
+    end
+    return {1, 0}
+  end
+end
+
+if #KEYS > n then
+  return {1, redis.call('INCR', KEYS[n + 1])}
+end
+return {1, 0}

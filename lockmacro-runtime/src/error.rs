@@ -1,0 +1,149 @@
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, keeping or giving back a lock.
+///
+/// Messages name the key, never the token. The enum is `#[non_exhaustive]`:
+/// match the variants you handle and keep a `_` arm.
+///
+/// ```
+/// use lockmacro_runtime::LockError;
+///
+/// let err = LockError::NotObtained { key: "user:42".into() };
+/// assert_eq!(err.to_string(), "lock `user:42` is held by someone else");
+/// assert!(err.is_not_obtained());
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another owner holds the key (after waiting as long as the retry
+    /// strategy allows).
+    #[error("lock `{key}` is held by someone else")]
+    NotObtained {
+        /// The key that could not be taken.
+        key: String,
+    },
+
+    /// The lock is no longer ours: it expired, was taken over, or its value was
+    /// overwritten. Nothing was changed on the backend.
+    #[error("lock `{key}` is no longer held by this owner (expired or taken over)")]
+    NotHeld {
+        /// The key that is no longer held.
+        key: String,
+    },
+
+    /// The lease was lost while the protected code ran: the watchdog could not
+    /// confirm a refresh before the lease's local deadline.
+    #[error("lease on lock `{key}` was lost while the protected code ran")]
+    Lost {
+        /// The key whose lease was lost.
+        key: String,
+    },
+
+    /// `#[distributed_lock]` without `locker = …` found no global locker.
+    #[error(
+        "no locker configured: call `lockmacro_runtime::set_global(Locker::connect(url).await?)` \
+         at start-up, or pass `locker = …` to `#[distributed_lock]`"
+    )]
+    NotConfigured,
+
+    /// The key cannot be used as a lock key.
+    #[error("invalid lock key `{key}`: {reason}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// Why it was refused and what to do instead.
+        reason: String,
+    },
+
+    /// A duration is out of the range the backend can store.
+    #[error("invalid {what} {value:?} for lock `{key}`: must be between 1ms and {max:?}", max = crate::MAX_TTL)]
+    InvalidDuration {
+        /// The key the duration was meant for.
+        key: String,
+        /// Which duration (`ttl`, `hold_at_least`, …).
+        what: &'static str,
+        /// The value given.
+        value: Duration,
+    },
+
+    /// A connection URL could not be parsed.
+    #[error("invalid Redis URL `{url}`: {reason}")]
+    InvalidUrl {
+        /// The URL as given, with any password replaced by `***`.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The backend could not be reached or answered with an error.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl LockError {
+    /// True for [`LockError::NotObtained`]: someone else holds the key.
+    pub fn is_not_obtained(&self) -> bool {
+        matches!(self, LockError::NotObtained { .. })
+    }
+
+    /// True for [`LockError::NotHeld`] and [`LockError::Lost`]: the lock is
+    /// no longer ours.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, LockError::NotHeld { .. } | LockError::Lost { .. })
+    }
+}
+
+/// What kind of backend failure happened: decides whether retrying can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// The server could not be reached (refused, reset, closed).
+    Unreachable,
+    /// The server did not answer in time.
+    Timeout,
+    /// The server refused the credentials.
+    Authentication,
+    /// The user lacks a permission the library needs (Redis ACL).
+    Permission,
+    /// Any other error reported by the server or the client.
+    Other,
+}
+
+/// A failure of the backend, with the server's own message.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {message}")]
+pub struct BackendError {
+    kind: BackendErrorKind,
+    context: String,
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BackendError {
+    /// A backend error of `kind`. `context` says which backend and operation
+    /// (`"redis 127.0.0.1:6379: obtain `user:42`"`), `message` what happened.
+    pub fn new(
+        kind: BackendErrorKind,
+        context: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        BackendError {
+            kind,
+            context: context.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> BackendErrorKind {
+        self.kind
+    }
+}

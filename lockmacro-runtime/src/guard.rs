@@ -1,0 +1,172 @@
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{Lock, LockError};
+
+/// A lock kept alive by its locker's watchdog: what
+/// [`Lock::keep_alive`] returns and what `#[distributed_lock(guard = name)]`
+/// binds inside the function.
+///
+/// The watchdog refreshes the lease every `period` (a third of the ttl by
+/// default) and tracks its local deadline, counted from when each refresh was
+/// sent. When a refresh is refused, or the deadline passes without a confirmed
+/// refresh (even while the backend cannot be reached), the lease is *lost*:
+/// [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost) completes.
+/// Dropping the guard stops the watchdog for it and releases the lock in the
+/// background.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+/// use std::time::Duration;
+/// use lockmacro_runtime::{Locker, ObtainOptions};
+///
+/// let locker = Locker::memory();
+/// let guard = locker
+///     .obtain("nightly-report", Duration::from_millis(300), ObtainOptions::default())
+///     .await?
+///     .keep_alive();
+/// // Far longer than the ttl: the watchdog keeps the lease.
+/// tokio::time::sleep(Duration::from_secs(1)).await;
+/// assert!(!guard.is_lost());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct LockGuard {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    lock: Lock,
+    id: u64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.lock.lease.locker.watchdog().unwatch(self.id);
+    }
+}
+
+impl Lock {
+    /// Hands the lock to the watchdog, which refreshes it every third of its
+    /// ttl until the guard is released or dropped. Must be called within a
+    /// tokio runtime.
+    pub fn keep_alive(self) -> LockGuard {
+        let period = self.lease.timing().ttl / 3;
+        self.keep_alive_every(period)
+    }
+
+    /// Like [`keep_alive`](Self::keep_alive), refreshing every `period`
+    /// (at least 1 ms). A period not shorter than the ttl lets the lease lapse
+    /// between refreshes.
+    pub fn keep_alive_every(self, period: Duration) -> LockGuard {
+        let period = period.max(Duration::from_millis(1));
+        let id = self
+            .lease
+            .locker
+            .watchdog()
+            .watch(self.lease.clone(), period);
+        LockGuard {
+            inner: Arc::new(Inner { lock: self, id }),
+        }
+    }
+}
+
+impl LockGuard {
+    fn lock(&self) -> &Lock {
+        &self.inner.lock
+    }
+
+    /// Another handle on the same lease, for a nested call that re-enters it.
+    pub(crate) fn share(&self) -> LockGuard {
+        LockGuard {
+            inner: self.inner.clone(),
+        }
+    }
+
+    pub(crate) fn lease(&self) -> &crate::lock::Lease {
+        &self.lock().lease
+    }
+
+    /// The key (the first one, for a lock on several keys).
+    pub fn key(&self) -> &str {
+        self.lock().key()
+    }
+
+    /// Every key held, in sorted order.
+    pub fn keys(&self) -> &[String] {
+        self.lock().keys()
+    }
+
+    /// The token that proves ownership.
+    pub fn token(&self) -> &str {
+        self.lock().token()
+    }
+
+    /// The fencing token minted with the lock, if fencing was asked for.
+    pub fn fence_token(&self) -> Option<u64> {
+        self.lock().fence_token()
+    }
+
+    /// The metadata stored with the lock.
+    pub fn metadata(&self) -> &str {
+        self.lock().metadata()
+    }
+
+    /// When the lease ends unless a refresh is confirmed before: the moment
+    /// the last successful refresh was sent, plus the ttl.
+    pub fn deadline(&self) -> Instant {
+        self.lock().deadline()
+    }
+
+    /// True once the lease is lost: a refresh was refused, or the deadline
+    /// passed without a confirmed refresh. Never turns back to false.
+    pub fn is_lost(&self) -> bool {
+        self.lease().is_lost()
+    }
+
+    /// Completes when the lease is lost (at once if it already is).
+    pub async fn lost(&self) {
+        let lease = self.lease();
+        loop {
+            let notified = lease.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lease.is_lost() {
+                lease.mark_lost();
+                return;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(lease.timing().deadline) => {}
+            }
+        }
+    }
+
+    /// The remaining lease as the backend sees it; [`LockError::NotHeld`]
+    /// when it is no longer ours.
+    pub async fn ttl(&self) -> Result<Duration, LockError> {
+        self.lock().ttl().await
+    }
+
+    /// Refreshes now, to `ttl`; later refreshes by the watchdog use `ttl` too.
+    pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
+        self.lock().refresh(ttl).await
+    }
+
+    /// Stops the watchdog for this lease and gives the lock back.
+    /// [`LockError::NotHeld`] when it was no longer ours.
+    pub async fn release(self) -> Result<(), LockError> {
+        let lease = self.lease();
+        lease.locker.watchdog().unwatch(self.inner.id);
+        lease.release().await
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.lease().done.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,222 @@
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::{LockError, Locker};
+
+/// A held lock, as returned by [`Locker::obtain`].
+///
+/// The lease lasts `ttl` from when it was taken or last refreshed; nothing
+/// refreshes a `Lock` by itself (the attribute's watchdog does that for the
+/// functions it wraps). Call [`Lock::release`] when done. A `Lock` dropped
+/// without `release` is released in the background, when a tokio runtime is
+/// running; otherwise it simply expires at the end of its ttl.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+/// use std::time::Duration;
+/// use lockmacro_runtime::{Locker, ObtainOptions};
+///
+/// let locker = Locker::memory();
+/// let lock = locker.obtain("report", Duration::from_secs(10), ObtainOptions::new().fence()).await?;
+/// assert_eq!(lock.key(), "report");
+/// assert_eq!(lock.fence_token(), Some(1));
+/// lock.refresh(Duration::from_secs(10)).await?;
+/// assert!(lock.ttl().await? <= Duration::from_secs(10));
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Lock {
+    pub(crate) lease: std::sync::Arc<Lease>,
+}
+
+/// The state of one lease, shared by its [`Lock`] and the watchdog.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) locker: Locker,
+    /// Keys as the caller named them, in the order they were taken.
+    pub(crate) keys: Vec<String>,
+    /// Keys on the wire: namespaced, sorted.
+    pub(crate) wire_keys: Vec<String>,
+    pub(crate) token: String,
+    pub(crate) metadata: String,
+    pub(crate) fence: Option<u64>,
+    pub(crate) acquired_at: Instant,
+    pub(crate) timing: Mutex<Timing>,
+    /// Set once the lease is known or presumed gone; never cleared.
+    pub(crate) lost: AtomicBool,
+    pub(crate) lost_notify: Notify,
+    /// Set once the owner released or dropped the lock: the watchdog forgets it.
+    pub(crate) done: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub(crate) ttl: Duration,
+    /// When the lease ends if no refresh is confirmed: the moment the last
+    /// successful acquire or refresh was *sent*, plus its ttl.
+    pub(crate) deadline: Instant,
+}
+
+impl Lease {
+    pub(crate) fn key(&self) -> &str {
+        &self.keys[0]
+    }
+
+    pub(crate) fn timing(&self) -> Timing {
+        *self
+            .timing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn set_timing(&self, timing: Timing) {
+        *self
+            .timing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = timing;
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire) || Instant::now() >= self.timing().deadline
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target: "lockmacro", key = %self.key(), "lease lost");
+        }
+        self.lost_notify.notify_waiters();
+    }
+
+    /// Refreshes the lease to `ttl`; on success moves the local deadline to
+    /// `sent + ttl`, on refusal marks the lease lost.
+    pub(crate) async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
+        crate::locker::check_duration(self.key(), "ttl", ttl)?;
+        let sent = Instant::now();
+        let refreshed = self
+            .locker
+            .backend()
+            .refresh(&self.wire_keys, &self.token, ttl)
+            .await?;
+        if refreshed {
+            tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
+            self.set_timing(Timing {
+                ttl,
+                deadline: sent + ttl,
+            });
+            Ok(())
+        } else {
+            self.mark_lost();
+            Err(LockError::NotHeld {
+                key: self.key().to_owned(),
+            })
+        }
+    }
+
+    pub(crate) async fn release(&self) -> Result<(), LockError> {
+        self.done.store(true, Ordering::Release);
+        let released = self
+            .locker
+            .backend()
+            .release(&self.wire_keys, &self.token)
+            .await?;
+        if released {
+            tracing::debug!(target: "lockmacro", key = %self.key(), "released");
+            Ok(())
+        } else {
+            tracing::debug!(target: "lockmacro", key = %self.key(), "release found the lock no longer held");
+            Err(LockError::NotHeld {
+                key: self.key().to_owned(),
+            })
+        }
+    }
+
+    pub(crate) async fn remaining(&self) -> Result<Duration, LockError> {
+        self.locker
+            .backend()
+            .remaining(&self.wire_keys, &self.token)
+            .await?
+            .ok_or_else(|| LockError::NotHeld {
+                key: self.key().to_owned(),
+            })
+    }
+}
+
+impl Lock {
+    /// The key, as given to `obtain` (without the locker's namespace). For a
+    /// lock on several keys, the first of them in sorted order.
+    pub fn key(&self) -> &str {
+        self.lease.key()
+    }
+
+    /// Every key this lock holds, in sorted order.
+    pub fn keys(&self) -> &[String] {
+        &self.lease.keys
+    }
+
+    /// The random 128-bit token (32 hex digits) that proves ownership.
+    pub fn token(&self) -> &str {
+        &self.lease.token
+    }
+
+    /// The fencing token minted with this lock, if fencing was asked for.
+    pub fn fence_token(&self) -> Option<u64> {
+        self.lease.fence
+    }
+
+    /// The metadata stored with the lock.
+    pub fn metadata(&self) -> &str {
+        &self.lease.metadata
+    }
+
+    /// When the lease ends unless refreshed, on this process's monotonic
+    /// clock, counted from when the last acquire or refresh was sent.
+    pub fn deadline(&self) -> Instant {
+        self.lease.timing().deadline
+    }
+
+    /// The remaining lease as the backend sees it.
+    ///
+    /// Returns [`LockError::NotHeld`] when the lock has expired or is held by
+    /// someone else.
+    pub async fn ttl(&self) -> Result<Duration, LockError> {
+        self.lease.remaining().await
+    }
+
+    /// Extends the lease to `ttl` from now.
+    ///
+    /// Returns [`LockError::NotHeld`] without touching the key when it is no
+    /// longer ours.
+    pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
+        self.lease.refresh(ttl).await
+    }
+
+    /// Gives the lock back.
+    ///
+    /// Returns [`LockError::NotHeld`] when it was no longer ours (it expired or
+    /// was taken over); the other owner's key is left alone.
+    pub async fn release(self) -> Result<(), LockError> {
+        self.lease.release().await
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if self.lease.done.load(Ordering::Acquire) {
+            return;
+        }
+        self.lease.done.store(true, Ordering::Release);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let lease = self.lease.clone();
+            runtime.spawn(async move {
+                if let Err(err) = lease.release().await {
+                    tracing::debug!(target: "lockmacro", key = %lease.key(), error = %err, "background release failed");
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,77 @@
+use crate::RetryStrategy;
+
+/// Options for [`Locker::obtain`](crate::Locker::obtain) and
+/// [`Locker::obtain_many`](crate::Locker::obtain_many).
+///
+/// The default tries once, with no metadata and no fencing token.
+///
+/// ```
+/// use std::time::Duration;
+/// use lockmacro_runtime::{ObtainOptions, RetryStrategy};
+///
+/// let opts = ObtainOptions::default()
+///     .retry(RetryStrategy::linear(Duration::from_millis(50)).deadline(Duration::from_secs(5)))
+///     .metadata("worker-7")
+///     .fence();
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ObtainOptions {
+    pub(crate) retry: RetryStrategy,
+    pub(crate) metadata: String,
+    pub(crate) fencing: Fencing,
+}
+
+/// Whether a fencing token is minted with the lock, and where its counter lives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fencing {
+    /// No fencing token.
+    #[default]
+    Off,
+    /// Counter at the key derived from the lock key: `{K}:fence`, or
+    /// `K:fence` when `K` already has a `{hashtag}`, so that both share a
+    /// Redis Cluster slot.
+    Derived,
+    /// Counter at this key (prefixed by the locker's namespace).
+    Key(String),
+}
+
+impl ObtainOptions {
+    /// Same as [`ObtainOptions::default`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How to wait when the key is held.
+    pub fn retry(mut self, retry: RetryStrategy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Text stored with the lock after its token (who holds it, why).
+    /// Read it back with [`Lock::metadata`](crate::Lock::metadata).
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = metadata.into();
+        self
+    }
+
+    /// Mint a fencing token with the lock from the derived counter key.
+    pub fn fence(mut self) -> Self {
+        self.fencing = Fencing::Derived;
+        self
+    }
+
+    /// Mint a fencing token with the lock from the counter at `key`.
+    pub fn fence_key(mut self, key: impl Into<String>) -> Self {
+        self.fencing = Fencing::Key(key.into());
+        self
+    }
+
+    /// Sets the fencing mode.
+    pub fn fencing(mut self, fencing: Fencing) -> Self {
+        self.fencing = fencing;
+        self
+    }
+}

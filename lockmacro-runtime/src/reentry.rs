@@ -1,0 +1,40 @@
+//! Re-entry of a lock the current task already holds, as with a reentrant
+//! mutex: a nested `#[distributed_lock]` call on a held key runs at once
+//! instead of waiting for itself.
+
+use std::future::Future;
+
+use crate::{LockGuard, Locker};
+
+tokio::task_local! {
+    static HELD: Vec<LockGuard>;
+}
+
+/// A guard of this task's that holds every one of `keys` on `locker`'s
+/// backend and is not lost.
+pub(crate) fn held(locker: &Locker, keys: &[String]) -> Option<LockGuard> {
+    HELD.try_with(|held| {
+        held.iter()
+            .find(|guard| {
+                let lease = guard.lease();
+                lease.locker.same_backend(locker)
+                    && !guard.is_done()
+                    && !guard.is_lost()
+                    && keys
+                        .iter()
+                        .all(|key| lease.wire_keys.contains(&locker.wire_key(key)))
+            })
+            .map(LockGuard::share)
+    })
+    .ok()
+    .flatten()
+}
+
+/// Runs `body` with `guard` added to the task's held locks.
+pub(crate) fn scope<F: Future>(guard: &LockGuard, body: F) -> impl Future<Output = F::Output> {
+    let mut held = HELD
+        .try_with(|held| held.iter().map(LockGuard::share).collect())
+        .unwrap_or_else(|_| Vec::new());
+    held.push(guard.share());
+    HELD.scope(held, body)
+}

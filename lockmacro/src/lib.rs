@@ -1,0 +1,1 @@
+//! The `#[distributed_lock]` attribute. Use it through `lockmacro-runtime`.

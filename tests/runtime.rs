@@ -1,0 +1,1 @@
+//! The behaviour suite, run against every backend.
