@@ -1,6 +1,121 @@
-//! Distributed locks for async Rust, on Redis.
+//! Distributed locks for async Rust, on Redis, as one attribute.
 //!
-//! (User's guide: see the sections below.)
+//! ```no_run
+//! use lockmacro_runtime::{distributed_lock, LockError};
+//! # struct User { id: u64 }
+//! # struct Receipt;
+//! # #[derive(Debug)] enum BillingError { Lock(LockError) }
+//! # impl From<LockError> for BillingError { fn from(e: LockError) -> Self { BillingError::Lock(e) } }
+//!
+//! #[distributed_lock(key = "user:{u.id}", ttl = "30s")]
+//! async fn bill(u: &User) -> Result<Receipt, BillingError> {
+//!     // Runs on at most one instance at a time for this user. The lease is
+//!     // refreshed while this runs and released when it returns, panics or is
+//!     // cancelled.
+//!     # Ok(Receipt)
+//! }
+//! ```
+//!
+//! # Guide
+//!
+//! ## Connect once, at start-up
+//!
+//! A [`Locker`] takes locks on one backend. Make one at start-up and either
+//! install it as the global locker, which `#[distributed_lock]` uses by
+//! default, or keep it in your application state and name it with
+//! `locker = …`:
+//!
+//! ```no_run
+//! # async fn start() -> Result<(), lockmacro_runtime::LockError> {
+//! use lockmacro_runtime::{set_global, Locker};
+//!
+//! let locker = Locker::connect("redis://127.0.0.1:6379/").await?.with_namespace("billing");
+//! set_global(locker);
+//! # Ok(()) }
+//! ```
+//!
+//! [`Locker::memory`] gives an in-process backend with the same semantics,
+//! for single-process programs and for your own unit tests:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::{Locker, ObtainOptions};
+//!
+//! let locker = Locker::memory();
+//! let lock = locker.obtain("nightly-report", Duration::from_secs(60), ObtainOptions::default()).await?;
+//! let second = locker.obtain("nightly-report", Duration::from_secs(60), ObtainOptions::default()).await;
+//! assert!(second.unwrap_err().is_not_obtained());
+//! lock.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Locks by hand
+//!
+//! [`Locker::obtain`] returns a [`Lock`]: a lease of `ttl` on the key, owned
+//! through a random 128-bit token. [`Lock::refresh`] extends it,
+//! [`Lock::release`] gives it back; both fail with [`LockError::NotHeld`],
+//! changing nothing, once the lock is no longer ours. [`Lock::keep_alive`]
+//! hands it to the locker's watchdog, which refreshes it until it is released
+//! and tells you when it is lost ([`LockGuard::lost`]).
+//!
+//! [`ObtainOptions`] choose how to wait ([`RetryStrategy`]: none, linear,
+//! exponential with full jitter; an attempt cap; a deadline), what metadata
+//! to store with the lock, and whether to mint a fencing token.
+//! [`Locker::obtain_many`] takes several keys all or nothing.
+//!
+//! ## Fencing tokens
+//!
+//! A lease is not a mutex: a holder paused longer than its ttl (a GC pause, a
+//! stopped VM, a slow disk) can wake up and act after another holder got the
+//! lock. Fencing makes this safe where the protected resource can check a
+//! number: with fencing on, every acquisition also increments a counter next
+//! to the key and returns it ([`Lock::fence_token`]). Tokens strictly increase
+//! per key, across releases, expiries and lockers. Pass the token with each
+//! write and have the resource refuse a token older than the newest it has
+//! applied (for SQL: `UPDATE … SET fence = $1 WHERE id = $2 AND fence < $1`).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::{Locker, ObtainOptions};
+//!
+//! let locker = Locker::memory();
+//! let ttl = Duration::from_secs(5);
+//! let first = locker.obtain("invoice:9", ttl, ObtainOptions::new().fence()).await?;
+//! let t1 = first.fence_token().unwrap();
+//! first.release().await?;
+//! let second = locker.obtain("invoice:9", ttl, ObtainOptions::new().fence()).await?;
+//! assert!(second.fence_token().unwrap() > t1);
+//! # Ok(()) }
+//! ```
+//!
+//! The counter lives at `{K}:fence` for a lock key `K` (or `K:fence` when `K`
+//! already has a `{hashtag}`), so that it lands in the same Redis Cluster
+//! slot.
+//!
+//! ## On the wire
+//!
+//! With [`RedisBackend`], a lock is a plain string key (after the namespace
+//! prefix, `billing:user:42`) whose value is the owner's 32-character token
+//! followed by the metadata, with a `PX` expiry. It is taken with `SET … NX PX`
+//! semantics, so other clients that use the same convention (redis-py's
+//! `Lock`, bsm/redislock) exclude this library and are excluded by it.
+//! Refresh and release are compare-then-act Lua scripts: they act only while
+//! the value still starts with the token.
+//!
+//! ## Errors
+//!
+//! Every failure is a [`LockError`]: the key is busy, the lock is no longer
+//! held, the lease was lost, no locker is configured, bad input, or a backend
+//! failure ([`BackendError`], with a [`BackendErrorKind`] that tells an
+//! unreachable server from a timeout, refused credentials or a missing ACL
+//! permission). Messages name the key, never the token.
+//!
+//! ## Logs
+//!
+//! Spans and events go to [`tracing`] under the target `lockmacro`: obtain
+//! (span), busy, retry, refresh, release and lost, with the key as a field.
 
 mod backend;
 mod error;

@@ -107,6 +107,42 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Duration>, LockError>>;
 }
 
+/// A shared backend: several [`Locker`](crate::Locker)s built with
+/// `Locker::new(backend.clone())` contend on the same locks.
+impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
+    fn acquire<'a>(
+        &'a self,
+        req: AcquireRequest<'a>,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        (**self).acquire(req)
+    }
+
+    fn refresh<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        (**self).refresh(keys, token, ttl)
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        (**self).release(keys, token)
+    }
+
+    fn remaining<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        (**self).remaining(keys, token)
+    }
+}
+
 /// The Redis Cluster hash tag of `key`: the text between the first `{` and the
 /// next `}`, when it is not empty.
 pub(crate) fn hashtag(key: &str) -> Option<&str> {

@@ -1,1 +1,0 @@
-//! The behaviour suite, run against every backend.

@@ -1,0 +1,468 @@
+//! Behaviour every backend must show, written once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lockmacro_runtime::{LockError, ObtainOptions, RetryStrategy};
+use tokio::time::Instant;
+
+use crate::fixture::Fixture;
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn once() -> ObtainOptions {
+    ObtainOptions::default()
+}
+
+pub async fn obtain_then_busy_then_release(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let lock = fx.check(a.obtain("job", LONG, once()).await, "first obtain");
+    assert_eq!(lock.key(), "job");
+    assert_eq!(lock.token().len(), 32);
+    let busy = b.obtain("job", LONG, once()).await.unwrap_err();
+    assert!(busy.is_not_obtained(), "{busy:?}");
+    fx.check(lock.release().await, "release");
+    let again = fx.check(b.obtain("job", LONG, once()).await, "obtain after release");
+    fx.check(again.release().await, "second release");
+}
+
+pub async fn busy_error_names_the_key(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let _held = fx.check(locker.obtain("user:42", LONG, once()).await, "obtain");
+    let err = locker.obtain("user:42", LONG, once()).await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::NotObtained { key } if key == "user:42"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("user:42"), "{err}");
+}
+
+pub async fn refresh_extends_the_lease(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let lock = fx.check(
+        locker
+            .obtain("job", Duration::from_millis(300), once())
+            .await,
+        "obtain",
+    );
+    fx.check(lock.refresh(LONG).await, "refresh");
+    let left = fx.check(lock.ttl().await, "ttl");
+    assert!(
+        left > Duration::from_secs(20),
+        "ttl after refresh is {left:?}"
+    );
+    assert!(lock.deadline() > Instant::now() + Duration::from_secs(20));
+}
+
+pub async fn ttl_reports_the_remaining_lease(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let lock = fx.check(
+        locker.obtain("job", Duration::from_secs(10), once()).await,
+        "obtain",
+    );
+    let left = fx.check(lock.ttl().await, "ttl");
+    assert!(
+        left <= Duration::from_secs(10) && left > Duration::from_secs(5),
+        "{left:?}"
+    );
+}
+
+pub async fn lease_expires_without_refresh(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let lock = fx.check(
+        a.obtain("job", Duration::from_millis(100), once()).await,
+        "obtain",
+    );
+    // Waiting out the ttl is the behaviour under test: no signal exists for it.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(matches!(lock.ttl().await, Err(LockError::NotHeld { .. })));
+    let next = fx.check(b.obtain("job", LONG, once()).await, "obtain after expiry");
+    assert!(next.ttl().await.is_ok());
+}
+
+pub async fn stale_owner_can_neither_release_nor_refresh(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let stale = fx.check(
+        a.obtain("job", Duration::from_millis(50), once()).await,
+        "obtain",
+    );
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let owner = fx.check(b.obtain("job", LONG, once()).await, "takeover");
+
+    let err = stale.refresh(LONG).await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::NotHeld { key } if key == "job"),
+        "{err:?}"
+    );
+    let err = stale.release().await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::NotHeld { key } if key == "job"),
+        "{err:?}"
+    );
+
+    // The new owner's lease is untouched.
+    let left = fx.check(owner.ttl().await, "owner ttl");
+    assert!(left > Duration::from_secs(20), "{left:?}");
+    assert!(
+        b.obtain("job", LONG, once())
+            .await
+            .unwrap_err()
+            .is_not_obtained()
+    );
+}
+
+pub async fn wrong_or_short_token_is_refused(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let lock = fx.check(locker.obtain("job", LONG, once()).await, "obtain");
+    let keys = vec![locker.wire_key("job")];
+    let backend = locker.backend();
+    let wrong = "0".repeat(32);
+    let prefix = &lock.token()[..8];
+    for token in [wrong.as_str(), "", prefix] {
+        assert!(
+            !fx.check(backend.refresh(&keys, token, LONG).await, "refresh"),
+            "refresh with {token:?}"
+        );
+        assert!(
+            !fx.check(backend.release(&keys, token).await, "release"),
+            "release with {token:?}"
+        );
+        assert_eq!(
+            fx.check(backend.remaining(&keys, token).await, "remaining"),
+            None
+        );
+    }
+    assert!(
+        locker
+            .obtain("job", LONG, once())
+            .await
+            .unwrap_err()
+            .is_not_obtained()
+    );
+    fx.check(lock.release().await, "owner release");
+}
+
+pub async fn fence_tokens_strictly_increase_across_releases_and_lockers(fx: &Fixture) {
+    let mut last = 0;
+    for round in 0..6 {
+        let locker = fx.locker().await;
+        let lock = fx.check(locker.obtain("job", LONG, once().fence()).await, "obtain");
+        let token = lock.fence_token().expect("a fence token was asked for");
+        assert!(
+            token > last,
+            "round {round}: fence token {token} after {last}"
+        );
+        last = token;
+        if round % 2 == 0 {
+            fx.check(lock.release().await, "release");
+        } else {
+            // Expiry instead of release must not reset the counter either.
+            fx.check(lock.refresh(Duration::from_millis(1)).await, "shorten");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+pub async fn explicit_fence_key_is_used_and_namespaced(fx: &Fixture) {
+    let base = fx.locker().await;
+    let billing = base.with_namespace("billing");
+    let first = fx.check(
+        billing.obtain("a", LONG, once().fence_key("shared")).await,
+        "obtain a",
+    );
+    let second = fx.check(
+        billing.obtain("b", LONG, once().fence_key("shared")).await,
+        "obtain b",
+    );
+    assert_eq!(first.fence_token(), Some(1));
+    assert_eq!(
+        second.fence_token(),
+        Some(2),
+        "both locks count on one fence key"
+    );
+    let other = fx.check(
+        base.obtain("c", LONG, once().fence_key("shared")).await,
+        "obtain c",
+    );
+    assert_eq!(
+        other.fence_token(),
+        Some(1),
+        "the namespace applies to the fence key"
+    );
+}
+
+pub async fn no_fence_token_unless_asked(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let lock = fx.check(locker.obtain("job", LONG, once()).await, "obtain");
+    assert_eq!(lock.fence_token(), None);
+}
+
+pub async fn namespaces_isolate(fx: &Fixture) {
+    let base = fx.locker().await;
+    let (a, b) = (base.with_namespace("a"), base.with_namespace("b"));
+    assert_eq!(a.namespace(), "a");
+    assert_eq!(a.with_namespace("x").namespace(), "a:x");
+    let _in_a = fx.check(a.obtain("job", LONG, once()).await, "obtain in a");
+    let _in_b = fx.check(b.obtain("job", LONG, once()).await, "obtain in b");
+    let _plain = fx.check(
+        base.obtain("job", LONG, once()).await,
+        "obtain without namespace",
+    );
+    let again_a = fx.locker().await.with_namespace("a");
+    assert!(
+        again_a
+            .obtain("job", LONG, once())
+            .await
+            .unwrap_err()
+            .is_not_obtained()
+    );
+}
+
+pub async fn metadata_round_trips(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let lock = fx.check(
+        locker
+            .obtain("job", LONG, once().metadata("worker-7 ✓"))
+            .await,
+        "obtain",
+    );
+    assert_eq!(lock.metadata(), "worker-7 ✓");
+    // Metadata does not weaken the token check.
+    fx.check(lock.refresh(LONG).await, "refresh");
+    fx.check(lock.release().await, "release");
+}
+
+async fn obtains_once_the_holder_releases(fx: &Fixture, retry: RetryStrategy) {
+    let (holder, waiter) = (fx.locker().await, fx.locker().await);
+    let lock = fx.check(holder.obtain("job", LONG, once()).await, "holder obtain");
+    let released = Arc::new(AtomicBool::new(false));
+    let release = {
+        let released = released.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            released.store(true, Ordering::SeqCst);
+            lock.release().await
+        })
+    };
+    let got = waiter
+        .obtain(
+            "job",
+            LONG,
+            once().retry(retry.deadline(Duration::from_secs(10))),
+        )
+        .await;
+    let got = fx.check(got, "waiter obtain");
+    assert!(
+        released.load(Ordering::SeqCst),
+        "obtained before the holder released"
+    );
+    fx.check(release.await.expect("release task"), "holder release");
+    fx.check(got.release().await, "waiter release");
+}
+
+pub async fn linear_retry_obtains_once_the_holder_releases(fx: &Fixture) {
+    obtains_once_the_holder_releases(fx, RetryStrategy::linear(Duration::from_millis(10))).await;
+}
+
+pub async fn exponential_retry_obtains_once_the_holder_releases(fx: &Fixture) {
+    let retry = RetryStrategy::exponential(Duration::from_millis(1), Duration::from_millis(50));
+    obtains_once_the_holder_releases(fx, retry).await;
+}
+
+pub async fn retry_gives_up_at_its_deadline(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let _held = fx.check(locker.obtain("job", LONG, once()).await, "obtain");
+    for retry in [
+        RetryStrategy::linear(Duration::from_millis(70)),
+        RetryStrategy::exponential(Duration::from_millis(5), Duration::from_secs(5)),
+        // A backoff longer than the deadline still gives up at the deadline.
+        RetryStrategy::linear(Duration::from_secs(60)),
+    ] {
+        let deadline = Duration::from_millis(300);
+        let start = Instant::now();
+        let err = locker
+            .obtain("job", LONG, once().retry(retry.deadline(deadline)))
+            .await
+            .unwrap_err();
+        let waited = start.elapsed();
+        assert!(err.is_not_obtained(), "{err:?}");
+        assert!(
+            waited >= deadline,
+            "gave up after {waited:?}, before the deadline"
+        );
+        // Generous: shows the wait is bounded by the deadline, not by the backoff.
+        assert!(
+            waited < deadline + Duration::from_secs(5),
+            "waited {waited:?}"
+        );
+    }
+}
+
+pub async fn retry_gives_up_after_max_attempts(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let _held = fx.check(locker.obtain("job", LONG, once()).await, "obtain");
+    let start = Instant::now();
+    let retry = RetryStrategy::linear(Duration::from_millis(40)).max_attempts(3);
+    let err = locker
+        .obtain("job", LONG, once().retry(retry))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_obtained());
+    // Two pauses between three attempts.
+    assert!(
+        start.elapsed() >= Duration::from_millis(80),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+pub async fn retry_wait_is_cut_short_by_the_holders_expiry(fx: &Fixture) {
+    let (holder, waiter) = (fx.locker().await, fx.locker().await);
+    let _expiring = fx.check(
+        holder
+            .obtain("job", Duration::from_millis(200), once())
+            .await,
+        "obtain",
+    );
+    let start = Instant::now();
+    // The backoff alone would wait a minute; the holder's remaining lease
+    // bounds the pause, so the waiter gets in soon after the expiry.
+    let retry = RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(30));
+    let got = fx.check(
+        waiter.obtain("job", LONG, once().retry(retry)).await,
+        "waiter",
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    fx.check(got.release().await, "release");
+}
+
+pub async fn obtain_many_is_all_or_nothing(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let held = fx.check(a.obtain("k:b", LONG, once()).await, "hold k:b");
+    let err = b
+        .obtain_many(["k:c", "k:a", "k:b"], LONG, once())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::NotObtained { key } if key == "k:b"),
+        "{err:?}"
+    );
+    // Neither of the free keys was left locked.
+    let free = fx.check(
+        a.obtain_many(["k:a", "k:c"], LONG, once()).await,
+        "free keys",
+    );
+    fx.check(free.release().await, "release free keys");
+    fx.check(held.release().await, "release k:b");
+
+    let all = fx.check(
+        b.obtain_many(["k:c", "k:a", "k:b", "k:a"], LONG, once())
+            .await,
+        "all",
+    );
+    assert_eq!(all.keys(), ["k:a", "k:b", "k:c"]);
+    for key in ["k:a", "k:b", "k:c"] {
+        assert!(
+            a.obtain(key, LONG, once())
+                .await
+                .unwrap_err()
+                .is_not_obtained(),
+            "{key}"
+        );
+    }
+}
+
+pub async fn obtain_many_releases_and_refreshes_every_key(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let all = fx.check(
+        locker
+            .obtain_many(["x", "y"], Duration::from_millis(300), once())
+            .await,
+        "obtain",
+    );
+    fx.check(all.refresh(LONG).await, "refresh");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(
+        locker
+            .obtain("y", LONG, once())
+            .await
+            .unwrap_err()
+            .is_not_obtained(),
+        "refresh covered y"
+    );
+    fx.check(all.release().await, "release");
+    for key in ["x", "y"] {
+        fx.check(locker.obtain(key, LONG, once()).await, key);
+    }
+}
+
+pub async fn empty_key_is_invalid(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let err = locker.obtain("", LONG, once()).await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+    let none: [&str; 0] = [];
+    let err = locker.obtain_many(none, LONG, once()).await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+    let err = locker
+        .obtain_many(["a", ""], LONG, once())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+    // Nothing was taken by the refused call.
+    fx.check(locker.obtain("a", LONG, once()).await, "a is free");
+}
+
+pub async fn zero_and_huge_ttls_are_invalid(fx: &Fixture) {
+    let locker = fx.locker().await;
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        Duration::from_secs(u64::MAX / 4),
+    ] {
+        let err = locker.obtain("job", ttl, once()).await.unwrap_err();
+        assert!(
+            matches!(&err, LockError::InvalidDuration { key, .. } if key == "job"),
+            "{err:?}"
+        );
+    }
+    let lock = fx.check(locker.obtain("job", LONG, once()).await, "obtain");
+    let err = lock.refresh(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidDuration { .. }), "{err:?}");
+    assert!(
+        lock.ttl().await.is_ok(),
+        "a refused refresh leaves the lease alone"
+    );
+}
+
+pub async fn dropped_lock_is_released_in_the_background(fx: &Fixture) {
+    let locker = fx.locker().await;
+    drop(fx.check(locker.obtain("job", LONG, once()).await, "obtain"));
+    let retry = RetryStrategy::linear(Duration::from_millis(5)).deadline(Duration::from_secs(5));
+    fx.check(
+        locker.obtain("job", LONG, once().retry(retry)).await,
+        "obtain after drop",
+    );
+}
+
+pub async fn keep_alive_outlives_the_ttl_and_release_stops_it(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let ttl = Duration::from_millis(300);
+    let guard = fx
+        .check(a.obtain("job", ttl, once()).await, "obtain")
+        .keep_alive();
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!guard.is_lost());
+    assert!(
+        b.obtain("job", LONG, once())
+            .await
+            .unwrap_err()
+            .is_not_obtained()
+    );
+    fx.check(guard.release().await, "release");
+    fx.check(b.obtain("job", LONG, once()).await, "obtain after release");
+}

@@ -1,0 +1,327 @@
+//! What only a real Redis can show: the format on the wire, other clients,
+//! connection failures, and mutual exclusion between independent connections.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use lockmacro_runtime::{
+    BackendErrorKind, LockError, Locker, ObtainOptions, RedisBackend, RedisConfig, RetryStrategy,
+};
+use redis::Commands;
+use tokio::time::Instant;
+
+use crate::support::RedisServer;
+
+const LONG: Duration = Duration::from_secs(30);
+
+async fn locker(server: &RedisServer) -> Locker {
+    server.expect_ok(Locker::connect(&server.url()).await, "connect")
+}
+
+#[tokio::test]
+async fn lock_is_a_plain_string_that_starts_with_the_token() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await.with_namespace("billing");
+    let lock = server.expect_ok(
+        locker
+            .obtain(
+                "user:1",
+                LONG,
+                ObtainOptions::new().metadata("host-a").fence(),
+            )
+            .await,
+        "obtain",
+    );
+    let mut raw = server.client().get_connection().unwrap();
+    let value: String = raw.get("billing:user:1").unwrap();
+    assert_eq!(value, format!("{}host-a", lock.token()));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("billing:user:1")
+        .query(&mut raw)
+        .unwrap();
+    assert!(pttl > 20_000 && pttl <= 30_000, "{pttl}");
+    let fence: u64 = raw.get("{billing:user:1}:fence").unwrap();
+    assert_eq!(Some(fence), lock.fence_token());
+
+    server.expect_ok(lock.release().await, "release");
+    let exists: bool = raw.exists("billing:user:1").unwrap();
+    assert!(!exists, "release deletes the key");
+    let fence_after: u64 = raw.get("{billing:user:1}:fence").unwrap();
+    assert_eq!(fence_after, fence, "the fence counter survives release");
+}
+
+#[tokio::test]
+async fn other_clients_using_set_nx_exclude_and_are_excluded() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    let mut raw = server.client().get_connection().unwrap();
+
+    // Another client (redis-py's Lock, bsm/redislock) took the key first.
+    let _: () = redis::cmd("SET")
+        .arg("job")
+        .arg("their-token")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query(&mut raw)
+        .unwrap();
+    assert!(
+        locker
+            .obtain("job", LONG, ObtainOptions::new())
+            .await
+            .unwrap_err()
+            .is_not_obtained()
+    );
+    let _: () = raw.del("job").unwrap();
+
+    // We hold it: their SET NX fails, and our release leaves their key alone.
+    let lock = server.expect_ok(
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let theirs: Option<String> = redis::cmd("SET")
+        .arg("job")
+        .arg("their-token")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(theirs, None, "SET NX must fail while we hold the key");
+    let _: () = raw.set("job", "overwritten-by-someone").unwrap();
+    assert!(matches!(
+        lock.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    let value: String = raw.get("job").unwrap();
+    assert_eq!(value, "overwritten-by-someone");
+}
+
+/// 8 tasks, each with its own connection, do 300 non-atomic increments
+/// (GET, yield, SET) of a Redis counter. Under the lock none is lost; without
+/// it the same code loses updates, which shows the witness can fail.
+async fn increments(server: &RedisServer, with_lock: bool) -> i64 {
+    const TASKS: usize = 8;
+    const ROUNDS: usize = 300;
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let locker = locker(server).await;
+        let client = server.client();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let retry =
+                RetryStrategy::exponential(Duration::from_micros(200), Duration::from_millis(5))
+                    .deadline(Duration::from_secs(60));
+            for _ in 0..ROUNDS {
+                let lock = if with_lock {
+                    Some(
+                        locker
+                            .obtain(
+                                "counter-lock",
+                                Duration::from_secs(10),
+                                ObtainOptions::new().retry(retry.clone()),
+                            )
+                            .await
+                            .unwrap(),
+                    )
+                } else {
+                    None
+                };
+                let value: i64 = redis::cmd("GET")
+                    .arg("counter")
+                    .query_async::<Option<i64>>(&mut conn)
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                tokio::task::yield_now().await;
+                let () = redis::cmd("SET")
+                    .arg("counter")
+                    .arg(value + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if let Some(lock) = lock {
+                    lock.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await
+            .unwrap_or_else(|err| panic!("worker failed: {err}\n{}", server.log()));
+    }
+    let mut raw = server.client().get_connection().unwrap();
+    raw.get("counter").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_witness_loses_no_update() {
+    let server = RedisServer::start();
+    assert_eq!(increments(&server, true).await, 2400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn witness_sees_lost_updates_without_the_lock() {
+    let server = RedisServer::start();
+    let total = increments(&server, false).await;
+    assert!(
+        total < 2400,
+        "without the lock no update was lost ({total}): the witness could not fail"
+    );
+}
+
+#[tokio::test]
+async fn unparsable_url_is_named_in_the_error() {
+    for url in [
+        "not a url",
+        "http://127.0.0.1:6379",
+        "redis://user:hunter2@127.0.0.1:notaport",
+    ] {
+        let err = Locker::connect(url).await.unwrap_err();
+        let LockError::InvalidUrl { url: named, .. } = &err else {
+            panic!("{url}: {err:?}")
+        };
+        assert!(
+            !err.to_string().contains("hunter2"),
+            "password leaked: {err}"
+        );
+        assert!(!named.is_empty(), "{err}");
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn refused_connection_is_a_backend_error_in_bounded_time() {
+    let start = Instant::now();
+    let err = Locker::connect(&format!("redis://127.0.0.1:{}/", free_port()))
+        .await
+        .unwrap_err();
+    let LockError::Backend(backend) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Unreachable, "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn silent_server_times_out_in_bounded_time() {
+    // Accepts connections and never answers, like a black-holed host.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}/", listener.local_addr().unwrap());
+    let config = RedisConfig::default()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300));
+    let start = Instant::now();
+    let err = RedisBackend::connect_with(&url, config).await.unwrap_err();
+    let LockError::Backend(backend) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Timeout, "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(listener);
+}
+
+#[tokio::test]
+async fn server_gone_after_connect_fails_obtain_in_bounded_time() {
+    let server = RedisServer::start();
+    let backend = server.expect_ok(
+        RedisBackend::connect_with(
+            &server.url(),
+            RedisConfig::default().response_timeout(Duration::from_millis(300)),
+        )
+        .await,
+        "connect",
+    );
+    let locker = Locker::new(backend);
+    server.pause();
+    let start = Instant::now();
+    let err = locker
+        .obtain("job", LONG, ObtainOptions::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    server.resume();
+}
+
+#[tokio::test]
+async fn wrong_password_says_authentication_failed() {
+    let server = RedisServer::start_with(&["--requirepass", "right-password"]);
+    let url = format!("redis://:wrong-password@127.0.0.1:{}/", server.port());
+    let err = Locker::connect(&url).await.unwrap_err();
+    let LockError::Backend(backend) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Authentication, "{err}");
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+    assert!(!err.to_string().contains("wrong-password"), "{err}");
+
+    let good = format!("redis://:right-password@127.0.0.1:{}/", server.port());
+    let locker = server.expect_ok(
+        Locker::connect(&good).await,
+        "connect with the right password",
+    );
+    server.expect_ok(
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain",
+    );
+}
+
+#[tokio::test]
+async fn refresh_survives_a_connection_cut_while_idle() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    let lock = server.expect_ok(
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain",
+    );
+    // What an idle timeout in a proxy or the server does to a quiet connection.
+    let mut raw = server.client().get_connection().unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut raw)
+        .unwrap();
+    assert!(killed >= 1, "no connection was cut");
+    server.expect_ok(lock.refresh(LONG).await, "refresh after the cut");
+    server.expect_ok(lock.release().await, "release");
+}
+
+#[tokio::test]
+async fn restart_without_persistence_loses_the_lease_and_the_owner_learns_it() {
+    let mut server = RedisServer::start();
+    let locker = locker(&server).await;
+    let lock = server.expect_ok(
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain",
+    );
+    server.restart();
+    let err = lock.refresh(LONG).await.unwrap_err();
+    assert!(matches!(err, LockError::NotHeld { .. }), "{err:?}");
+    server.expect_ok(
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain after restart",
+    );
+}

@@ -1,0 +1,481 @@
+//! Real `redis-server` processes for the integration tests, after redis-rs's `redis-test`.
+//!
+//! Each [`RedisServer`] owns one process on its own port, with its data directory and
+//! log in a temporary directory. Every panic the harness raises carries the server's
+//! log, and so do [`RedisServer::expect_ok`] and friends in test code.
+
+use std::env;
+use std::ffi::OsString;
+use std::fmt::{Debug, Display};
+use std::fs::{self, File};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{self, Child, Command, Stdio};
+use std::sync::LazyLock;
+use std::sync::mpsc::{self, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Client, Connection, FromRedisValue};
+use tempfile::TempDir;
+
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Read, write and connect timeout of the raw connections, so that a test talking to a
+/// paused or wedged server fails instead of hanging.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A port found free can be taken by someone else before `redis-server` binds it.
+const PORT_ATTEMPTS: u32 = 5;
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// A `redis-server` on `127.0.0.1`, killed and reaped on drop.
+///
+/// Started with `--save '' --appendonly no`, so a restart loses all data.
+pub struct RedisServer {
+    /// `None` after [`RedisServer::stop`].
+    process: Option<Child>,
+    port: u16,
+    /// With `--cluster-enabled`, the cluster bus gets a port of its own: the default,
+    /// `port + 10000`, does not exist for a port above 55535.
+    bus_port: Option<u16>,
+    args: Vec<String>,
+    password: Option<String>,
+    dir: TempDir,
+}
+
+enum StartError {
+    PortTaken,
+    Failed(String),
+}
+
+impl RedisServer {
+    /// Starts a server with the default configuration.
+    #[track_caller]
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line arguments, one token each:
+    /// `&["--requirepass", "secret"]`. They come after the defaults, so they can
+    /// override them.
+    #[track_caller]
+    pub fn start_with(args: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("lockmacro-redis-")
+            .tempdir()
+            .expect("cannot create a temporary directory for redis-server");
+        let args: Vec<String> = args.iter().map(|&arg| arg.to_owned()).collect();
+        let cluster = has_flag(&args, "--cluster-enabled") && !has_flag(&args, "--cluster-port");
+        let mut server = RedisServer {
+            process: None,
+            port: 0,
+            bus_port: None,
+            password: flag_value(&args, "--requirepass"),
+            args,
+            dir,
+        };
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let ports = free_ports(if cluster { 2 } else { 1 });
+            server.port = ports[0];
+            server.bus_port = ports.get(1).copied();
+            match server.launch() {
+                Ok(()) => return server,
+                Err(StartError::PortTaken) if attempts < PORT_ATTEMPTS => {}
+                Err(StartError::PortTaken) => {
+                    server.fail(format_args!("no free port after {PORT_ATTEMPTS} attempts"))
+                }
+                Err(StartError::Failed(message)) => server.fail(message),
+            }
+        }
+    }
+
+    /// Starts `n` independent servers with the default configuration.
+    #[track_caller]
+    pub fn start_many(n: usize) -> Vec<Self> {
+        Self::start_many_with(n, &[])
+    }
+
+    /// Starts `n` independent servers with the same extra arguments.
+    #[track_caller]
+    pub fn start_many_with(n: usize, args: &[&str]) -> Vec<Self> {
+        (0..n).map(|_| Self::start_with(args)).collect()
+    }
+
+    /// `redis://127.0.0.1:PORT/`, without the `--requirepass` password.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The process id; panics when the server is stopped.
+    #[track_caller]
+    pub fn pid(&self) -> u32 {
+        match &self.process {
+            Some(process) => process.id(),
+            None => self.fail("the server is stopped"),
+        }
+    }
+
+    /// Everything the server wrote to its log and to stdout and stderr, over all its
+    /// runs.
+    pub fn log(&self) -> String {
+        self.log_since(0)
+    }
+
+    /// Whether the process exists (a paused server is running). Reaps a server that
+    /// died on its own.
+    pub fn is_running(&mut self) -> bool {
+        self.process
+            .as_mut()
+            .is_some_and(|process| matches!(process.try_wait(), Ok(None)))
+    }
+
+    /// Kills the server with SIGKILL and reaps it; a paused server too.
+    #[track_caller]
+    pub fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            if let Err(error) = process.kill().and_then(|()| process.wait()) {
+                self.fail(format_args!("cannot kill redis-server: {error}"));
+            }
+        }
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open, nothing is answered.
+    #[track_caller]
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+        self.wait_for_state(|state| state == 'T', "stop");
+    }
+
+    /// Undoes [`RedisServer::pause`] with SIGCONT.
+    #[track_caller]
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+        self.wait_for_state(|state| state != 'T', "continue");
+    }
+
+    /// Stops the server and starts it again on the same port with the same arguments.
+    /// The data is gone; the log keeps growing.
+    #[track_caller]
+    pub fn restart(&mut self) {
+        self.stop();
+        match self.launch() {
+            Ok(()) => {}
+            Err(StartError::PortTaken) => self.fail(format_args!(
+                "cannot restart: port {} was taken while the server was down",
+                self.port,
+            )),
+            Err(StartError::Failed(message)) => self.fail(message),
+        }
+    }
+
+    /// A client for the server, authenticated when it was started with `--requirepass`.
+    pub fn client(&self) -> Client {
+        let url = match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            None => self.url(),
+        };
+        Client::open(url).expect("the server's URL is valid")
+    }
+
+    /// A new synchronous connection from [`RedisServer::client`], with 5 s timeouts.
+    #[track_caller]
+    pub fn connection(&self) -> Connection {
+        let connection = self.expect_ok(
+            self.client().get_connection_with_timeout(IO_TIMEOUT),
+            "connecting",
+        );
+        self.expect_ok(
+            connection
+                .set_read_timeout(Some(IO_TIMEOUT))
+                .and_then(|()| connection.set_write_timeout(Some(IO_TIMEOUT))),
+            "setting timeouts",
+        );
+        connection
+    }
+
+    /// Runs one command on a new connection, bypassing the library under test:
+    /// `let ttl: i64 = server.cmd(&["PTTL", "key"]);`. Panics on an error reply.
+    #[track_caller]
+    pub fn cmd<T: FromRedisValue>(&self, args: &[&str]) -> T {
+        let Some((name, rest)) = args.split_first() else {
+            self.fail("`cmd` needs at least a command name");
+        };
+        let mut connection = self.connection();
+        self.expect_ok(
+            redis::cmd(name).arg(rest).query(&mut connection),
+            &args.join(" "),
+        )
+    }
+
+    /// Unwraps `result`, or panics with `what`, the error and the server's log.
+    #[track_caller]
+    pub fn expect_ok<T, E: Debug>(&self, result: Result<T, E>, what: &str) -> T {
+        match result {
+            Ok(value) => value,
+            Err(error) => self.fail(format_args!("{what}: unexpected error: {error:?}")),
+        }
+    }
+
+    /// Unwraps the error of `result`, or panics with `what` and the server's log.
+    #[track_caller]
+    pub fn expect_err<T, E>(&self, result: Result<T, E>, what: &str) -> E {
+        match result {
+            Ok(_) => self.fail(format_args!("{what}: expected an error, but it succeeded")),
+            Err(error) => error,
+        }
+    }
+
+    /// Panics with `message` followed by the server's log.
+    #[track_caller]
+    pub fn fail(&self, message: impl Display) -> ! {
+        panic!(
+            "{message}\n\n--- log of redis-server on port {} ({}) ---\n{}\n--- end of log ---",
+            self.port,
+            self.log_path().display(),
+            self.log().trim_end(),
+        )
+    }
+
+    fn log_since(&self, offset: usize) -> String {
+        match fs::read(self.log_path()) {
+            Ok(bytes) => {
+                String::from_utf8_lossy(bytes.get(offset..).unwrap_or_default()).into_owned()
+            }
+            Err(error) => format!("(cannot read {}: {error})", self.log_path().display()),
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// Spawns the process and waits until it answers, on `self.port`.
+    fn launch(&mut self) -> Result<(), StartError> {
+        let log_start = fs::metadata(self.log_path()).map_or(0, |meta| meta.len() as usize);
+        let command = self.command().map_err(|error| {
+            StartError::Failed(format!(
+                "cannot open {}: {error}",
+                self.log_path().display()
+            ))
+        })?;
+        let process = spawn(command).map_err(|error| StartError::Failed(spawn_error(&error)))?;
+        let pid = process.id();
+        self.process = Some(process);
+
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            let process = self.process.as_mut().expect("just spawned");
+            if let Ok(Some(status)) = process.try_wait() {
+                self.process = None;
+                return Err(
+                    if self.log_since(log_start).contains("Address already in use") {
+                        StartError::PortTaken
+                    } else {
+                        StartError::Failed(format!("redis-server exited during startup: {status}"))
+                    },
+                );
+            }
+            match self.server_pid() {
+                Ok(answering) if answering == pid => return Ok(()),
+                // Another server owns the port; ours is about to exit.
+                Ok(_) => {
+                    self.stop();
+                    return Err(StartError::PortTaken);
+                }
+                Err(error) if Instant::now() > deadline => {
+                    return Err(StartError::Failed(format!(
+                        "redis-server did not answer within {STARTUP_TIMEOUT:?}: {error}"
+                    )));
+                }
+                Err(_) => thread::sleep(POLL_INTERVAL),
+            }
+        }
+    }
+
+    fn command(&self) -> io::Result<Command> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let mut command = Command::new(server_binary());
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--logfile")
+            .arg(self.log_path())
+            .arg("--dir")
+            .arg(self.dir.path());
+        if let Some(bus_port) = self.bus_port {
+            command.arg("--cluster-port").arg(bus_port.to_string());
+        }
+        // Configuration errors are printed before the log file is opened.
+        command
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let parent = process::id();
+        // SAFETY: `die_with_parent` only makes async-signal-safe system calls and does
+        // not allocate.
+        unsafe { command.pre_exec(move || die_with_parent(parent)) };
+        Ok(command)
+    }
+
+    /// The pid the server on our port reports, which tells our server from a stranger
+    /// that took the port first.
+    fn server_pid(&self) -> redis::RedisResult<u32> {
+        let mut connection = self.client().get_connection_with_timeout(IO_TIMEOUT)?;
+        connection.set_read_timeout(Some(IO_TIMEOUT))?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut connection)?;
+        Ok(info
+            .lines()
+            .find_map(|line| line.strip_prefix("process_id:")?.trim().parse().ok())
+            .unwrap_or(0))
+    }
+
+    #[track_caller]
+    fn signal(&self, signal: libc::c_int) {
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: `pid` is our unreaped child, so it cannot have been reused.
+        if unsafe { libc::kill(pid, signal) } == -1 {
+            let error = io::Error::last_os_error();
+            self.fail(format_args!("cannot signal redis-server: {error}"));
+        }
+    }
+
+    /// Signals are delivered asynchronously; waiting for the state makes `pause` and
+    /// `resume` take effect before they return.
+    #[track_caller]
+    fn wait_for_state(&self, done: impl Fn(char) -> bool, what: &str) {
+        let stat_path = format!("/proc/{}/stat", self.pid());
+        let deadline = Instant::now() + SIGNAL_TIMEOUT;
+        loop {
+            let stat = fs::read_to_string(&stat_path).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            if state.is_some_and(&done) {
+                return;
+            }
+            if Instant::now() > deadline {
+                self.fail(format_args!(
+                    "redis-server did not {what} within {SIGNAL_TIMEOUT:?} (state {state:?})"
+                ));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // SIGKILL also ends a paused process. Errors are ignored: panicking in drop
+        // would abort a test that is already unwinding.
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+}
+
+fn server_binary() -> OsString {
+    env::var_os("LOCKMACRO_REDIS_SERVER")
+        .filter(|binary| !binary.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+fn spawn_error(error: &io::Error) -> String {
+    let binary = server_binary();
+    let binary = binary.to_string_lossy();
+    if error.kind() == io::ErrorKind::NotFound {
+        format!(
+            "cannot find `{binary}`: the integration tests need Redis 7 or newer.\n\
+             Install it with `sudo apt-get install redis-server`, set \
+             LOCKMACRO_REDIS_SERVER to the path of a redis-server binary, or run \
+             `scripts/test`, which installs it."
+        )
+    } else {
+        format!("cannot run `{binary}`: {error}")
+    }
+}
+
+/// Ports that were free a moment ago; distinct, since all are bound at once.
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("cannot bind 127.0.0.1:0"))
+        .collect();
+    listeners
+        .iter()
+        .map(|listener| listener.local_addr().expect("bound").port())
+        .collect()
+}
+
+fn has_flag(args: &[String], flag: &str) -> bool {
+    args.iter().any(|arg| arg == flag)
+}
+
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    let position = args.iter().position(|arg| arg == flag)?;
+    args.get(position + 1).cloned()
+}
+
+/// Runs in the forked child before `exec`: a backstop so that no `redis-server`
+/// outlives a test process that dies without running destructors (a SIGKILL, an
+/// abort, a double panic), where it would keep its port and memory until someone
+/// notices.
+fn die_with_parent(parent: u32) -> io::Result<()> {
+    // SAFETY: plain system calls with integer arguments.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        // The test process may have died before the signal was armed.
+        if libc::getppid() as u32 != parent {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+    }
+    Ok(())
+}
+
+/// Spawns `command` from a thread that lives as long as the process.
+///
+/// The parent-death signal fires when the *thread* that forked the child exits, not
+/// the process: a server spawned from a test thread, a tokio worker or a
+/// `spawn_blocking` thread (which exits after 10 s idle) would be killed while still
+/// in use, for instance when shared through a `static`.
+fn spawn(command: Command) -> io::Result<Child> {
+    type Request = (Command, Sender<io::Result<Child>>);
+    static SPAWNER: LazyLock<Sender<Request>> = LazyLock::new(|| {
+        let (requests, incoming) = mpsc::channel::<Request>();
+        thread::Builder::new()
+            .name("redis-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in incoming {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("cannot start the redis-server spawner thread");
+        requests
+    });
+    let (reply, result) = mpsc::channel();
+    SPAWNER
+        .send((command, reply))
+        .expect("the spawner thread lives as long as the process");
+    result
+        .recv()
+        .expect("the spawner thread lives as long as the process")
+}
