@@ -1,0 +1,360 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lockmacro_runtime::{distributed_lock, LockError, Locker, ObtainOptions, RetryStrategy};
+use tokio::sync::oneshot;
+
+use crate::support::RedisServer;
+
+const LONG: Duration = Duration::from_secs(30);
+
+async fn locker(server: &RedisServer) -> Locker {
+    server.expect_ok(Locker::connect(&server.url()).await, "connect")
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cmd::<bool>(&["EXISTS", key])
+}
+
+/// Counts how often a body ran, so a test can show it never ran unlocked.
+#[derive(Default)]
+struct Runs(AtomicUsize);
+
+impl Runs {
+    fn hit(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum AppError {
+    Lock(String),
+    Domain,
+}
+
+impl From<LockError> for AppError {
+    fn from(err: LockError) -> Self {
+        AppError::Lock(err.to_string())
+    }
+}
+
+struct Service {
+    locker: Locker,
+    runs: Runs,
+}
+
+impl Service {
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = self.locker)]
+    async fn errors_when_busy(&self, id: u32) -> Result<u32, LockError> {
+        self.runs.hit();
+        Ok(id)
+    }
+
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = self.locker, on_busy = "skip")]
+    async fn skips_unit(&self, id: u32) {
+        let _ = id;
+        self.runs.hit();
+    }
+
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = self.locker)]
+    async fn skips_option(&self, id: u32) -> Option<u32> {
+        self.runs.hit();
+        Some(id)
+    }
+
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = self.locker, on_busy = "skip")]
+    async fn skips_result_unit(&self, id: u32) -> Result<(), AppError> {
+        let _ = id;
+        self.runs.hit();
+        Ok(())
+    }
+
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = self.locker, on_busy = "skip")]
+    async fn skips_result_option(&self, id: u32) -> Result<Option<u32>, AppError> {
+        self.runs.hit();
+        Ok(Some(id))
+    }
+
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = self.locker)]
+    async fn fails_early(&self, id: u32, fail: bool) -> Result<u32, AppError> {
+        self.runs.hit();
+        let check = || if fail { Err(AppError::Domain) } else { Ok(()) };
+        check()?;
+        Ok(id)
+    }
+
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = self.locker)]
+    async fn panics(&self, id: u32) -> Result<(), AppError> {
+        self.runs.hit();
+        panic!("body of job {id} panicked");
+    }
+
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = self.locker)]
+    async fn waits_forever(&self, id: u32, entered: oneshot::Sender<()>) -> Result<(), AppError> {
+        let _ = id;
+        self.runs.hit();
+        let _ = entered.send(());
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+async fn service(server: &RedisServer) -> Service {
+    Service {
+        locker: locker(server).await,
+        runs: Runs::default(),
+    }
+}
+
+async fn hold(server: &RedisServer, key: &str) -> lockmacro_runtime::Lock {
+    server.expect_ok(locker(server).await.obtain(key, LONG, ObtainOptions::new()).await, "hold")
+}
+
+#[tokio::test]
+async fn busy_under_error_returns_not_obtained_and_skips_the_body() {
+    let server = RedisServer::start();
+    let svc = service(&server).await;
+    let _held = hold(&server, "job:1").await;
+    let err = svc.errors_when_busy(1).await.unwrap_err();
+    assert!(matches!(&err, LockError::NotObtained { key } if key == "job:1"), "{err:?}");
+    assert_eq!(svc.runs.count(), 0, "the body ran without the lock");
+}
+
+#[tokio::test]
+async fn busy_under_skip_returns_the_skipped_value_for_each_return_type() {
+    let server = RedisServer::start();
+    let svc = service(&server).await;
+    let _held = hold(&server, "job:1").await;
+    svc.skips_unit(1).await;
+    assert_eq!(svc.skips_option(1).await, None);
+    assert_eq!(svc.skips_result_unit(1).await, Ok(()));
+    assert_eq!(svc.skips_result_option(1).await, Ok(None));
+    assert_eq!(svc.runs.count(), 0, "a body ran without the lock");
+
+    // And each runs once the key is free.
+    assert_eq!(svc.skips_option(2).await, Some(2));
+    assert_eq!(svc.skips_result_option(2).await, Ok(Some(2)));
+    assert_eq!(svc.runs.count(), 2);
+}
+
+#[tokio::test]
+async fn backend_down_returns_a_backend_error_or_the_skipped_value() {
+    let mut server = RedisServer::start();
+    let svc = service(&server).await;
+    server.stop();
+    let err = svc.errors_when_busy(1).await.unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    assert_eq!(svc.skips_option(1).await, None);
+    assert_eq!(svc.skips_result_unit(1).await, Ok(()));
+    assert_eq!(svc.runs.count(), 0, "a body ran without the lock");
+}
+
+#[tokio::test]
+async fn return_releases_the_lock_before_the_value_comes_back() {
+    let server = RedisServer::start();
+    let svc = service(&server).await;
+    assert_eq!(svc.errors_when_busy(7).await.unwrap(), 7);
+    assert!(!exists(&server, "job:7"), "the key outlived the call");
+    assert_eq!(svc.errors_when_busy(7).await.unwrap(), 7, "a second call finds it free");
+}
+
+#[tokio::test]
+async fn question_mark_return_releases_the_lock() {
+    let server = RedisServer::start();
+    let svc = service(&server).await;
+    assert_eq!(svc.fails_early(3, true).await, Err(AppError::Domain));
+    assert!(!exists(&server, "job:3"));
+    assert_eq!(svc.fails_early(3, false).await, Ok(3));
+}
+
+#[tokio::test]
+async fn panic_releases_the_lock_before_the_panic_resumes() {
+    let server = RedisServer::start();
+    let svc = Arc::new(service(&server).await);
+    let task = tokio::spawn({
+        let svc = svc.clone();
+        async move { svc.panics(5).await }
+    });
+    let err = task.await.unwrap_err();
+    assert!(err.is_panic());
+    // Checked at once: the release happened before the panic went on.
+    assert!(!exists(&server, "job:5"), "the key outlived the panic");
+    assert_eq!(svc.runs.count(), 1);
+}
+
+#[tokio::test]
+async fn cancellation_stops_the_watchdog_and_releases_in_the_background() {
+    let server = RedisServer::start();
+    let svc = Arc::new(service(&server).await);
+    let (entered_tx, entered) = oneshot::channel();
+    let call = tokio::spawn({
+        let svc = svc.clone();
+        async move { svc.waits_forever(9, entered_tx).await }
+    });
+    entered.await.unwrap();
+    assert!(exists(&server, "job:9"));
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    // The release is in flight; it must land well before the 30 s ttl.
+    let retry = RetryStrategy::linear(Duration::from_millis(10)).deadline(Duration::from_secs(5));
+    let other = locker(&server).await;
+    server.expect_ok(other.obtain("job:9", LONG, ObtainOptions::new().retry(retry)).await, "obtain after cancel");
+}
+
+#[tokio::test]
+async fn no_locker_configured_is_an_error_that_says_how_to_configure_one() {
+    // The global slot is empty in this test binary: no test sets it.
+    #[distributed_lock(key = "job", ttl = "1s")]
+    async fn uses_global() -> Result<(), LockError> {
+        unreachable!("the body ran without a locker")
+    }
+    #[distributed_lock(key = "job", ttl = "1s")]
+    async fn uses_global_skip() -> Option<()> {
+        unreachable!("the body ran without a locker")
+    }
+    let err = uses_global().await.unwrap_err();
+    assert!(matches!(err, LockError::NotConfigured), "{err:?}");
+    assert!(err.to_string().contains("set_global"), "{err}");
+    assert_eq!(uses_global_skip().await, None);
+}
+
+#[tokio::test]
+async fn design_card_line_locks_the_key_of_the_argument() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    struct User {
+        id: u64,
+    }
+    #[distributed_lock(key = "user:<u.id>", ttl = "30s", locker = locker)]
+    async fn bill(locker: &Locker, u: &User, seen: &AtomicBool, server: &RedisServer) -> Result<(), LockError> {
+        let _ = locker;
+        seen.store(server.cmd::<bool>(&["EXISTS", "user:42"]), Ordering::SeqCst);
+        Ok(())
+    }
+    let seen = AtomicBool::new(false);
+    bill(&locker, &User { id: 42 }, &seen, &server).await.unwrap();
+    assert!(seen.load(Ordering::SeqCst), "user:42 was not locked while the body ran");
+    assert!(!exists(&server, "user:42"));
+}
+
+#[tokio::test]
+async fn wait_obtains_once_the_holder_releases() {
+    let server = RedisServer::start();
+    let svc = service(&server).await;
+    let held = hold(&server, "job:4").await;
+    let released = Arc::new(AtomicBool::new(false));
+    let release = tokio::spawn({
+        let released = released.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            released.store(true, Ordering::SeqCst);
+            held.release().await
+        }
+    });
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = locker, wait = "10s")]
+    async fn patient(locker: &Locker, id: u32, released: &AtomicBool) -> Result<bool, LockError> {
+        let _ = (locker, id);
+        Ok(released.load(Ordering::SeqCst))
+    }
+    assert_eq!(patient(&svc.locker, 4, &released).await, Ok(true), "ran before the holder released");
+    release.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn wait_gives_up_at_its_deadline() {
+    let server = RedisServer::start();
+    let svc = service(&server).await;
+    let _held = hold(&server, "job:4").await;
+    #[distributed_lock(key = "job:{id}", ttl = "30s", locker = locker, wait = "300ms")]
+    async fn patient(locker: &Locker, id: u32) -> Result<(), LockError> {
+        let _ = (locker, id);
+        unreachable!("the body ran without the lock")
+    }
+    let start = tokio::time::Instant::now();
+    assert!(patient(&svc.locker, 4).await.unwrap_err().is_not_obtained());
+    assert!(start.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn fence_tokens_increase_per_key_and_guard_exposes_the_lock() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    #[distributed_lock(key = "invoice:{n}", ttl = "30s", locker = locker, fence, guard = lock)]
+    async fn write(locker: &Locker, n: u32) -> Result<(u64, String, bool), LockError> {
+        let _ = locker;
+        assert!(lock.deadline() > tokio::time::Instant::now());
+        Ok((lock.fence_token().expect("fence"), lock.key().to_owned(), lock.is_lost()))
+    }
+    let (t1, key, lost) = write(&locker, 1).await.unwrap();
+    let (t2, _, _) = write(&locker, 1).await.unwrap();
+    let (other, _, _) = write(&locker, 2).await.unwrap();
+    assert_eq!(key, "invoice:1");
+    assert!(!lost);
+    assert!(t2 > t1, "{t2} after {t1}");
+    assert_eq!(other, 1, "each key has its own counter");
+}
+
+#[tokio::test]
+async fn hold_at_least_keeps_the_key_after_the_body_ends() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    #[distributed_lock(key = "nightly", ttl = "10s", locker = locker, hold_at_least = "20s")]
+    async fn nightly(locker: &Locker, runs: &Runs) {
+        let _ = locker;
+        runs.hit();
+    }
+    let runs = Runs::default();
+    nightly(&locker, &runs).await;
+    let pttl: i64 = server.cmd(&["PTTL", "nightly"]);
+    assert!(pttl > 15_000 && pttl <= 20_000, "pttl {pttl}");
+    nightly(&locker, &runs).await;
+    assert_eq!(runs.count(), 1, "a second node ran the job within hold_at_least");
+}
+
+#[tokio::test]
+async fn several_keys_are_taken_all_or_nothing() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    #[distributed_lock(keys = ["account:{from}", "account:{to}"], ttl = "30s", locker = locker)]
+    async fn transfer(locker: &Locker, from: u32, to: u32, server: &RedisServer) -> Result<(bool, bool), LockError> {
+        let _ = locker;
+        let key = |n: u32| format!("account:{n}");
+        Ok((server.cmd(&["EXISTS", &key(from)]), server.cmd(&["EXISTS", &key(to)])))
+    }
+    assert_eq!(transfer(&locker, 1, 2, &server).await, Ok((true, true)));
+    let _held = hold(&server, "account:2").await;
+    assert!(transfer(&locker, 1, 2, &server).await.unwrap_err().is_not_obtained());
+    assert!(!exists(&server, "account:1"), "account:1 was left locked");
+}
+
+#[tokio::test]
+async fn nested_call_on_a_held_key_reenters_and_other_tasks_still_contend() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+
+    #[distributed_lock(key = "tenant:{t}", ttl = "30s", locker = locker, guard = inner)]
+    async fn inner(locker: &Locker, t: u32) -> Result<String, LockError> {
+        let _ = locker;
+        Ok(inner.token().to_owned())
+    }
+
+    #[distributed_lock(key = "tenant:{t}", ttl = "30s", locker = locker, guard = outer)]
+    async fn outer(locker: &Locker, t: u32) -> Result<(String, String, bool), LockError> {
+        let nested = inner(locker, t).await?;
+        let other_task = tokio::spawn({
+            let locker = locker.clone();
+            async move { inner(&locker, t).await }
+        });
+        let contended = other_task.await.unwrap().is_err_and(|err| err.is_not_obtained());
+        Ok((outer.token().to_owned(), nested, contended))
+    }
+
+    let (outer_token, nested_token, contended) = outer(&locker, 1).await.unwrap();
+    assert_eq!(outer_token, nested_token, "the nested call took a lock of its own");
+    assert!(contended, "another task re-entered a lock it does not hold");
+    assert!(!exists(&server, "tenant:1"));
+}

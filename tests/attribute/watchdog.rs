@@ -1,0 +1,174 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lockmacro_runtime::{distributed_lock, LockError, Locker, ObtainOptions};
+use tokio::sync::oneshot;
+
+use crate::support::RedisServer;
+
+async fn locker(server: &RedisServer) -> Locker {
+    server.expect_ok(Locker::connect(&server.url()).await, "connect")
+}
+
+/// Sets its flag when dropped: shows that a body's future was dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_longer_than_the_ttl_keeps_the_lock() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    let contender = self::locker(&server).await;
+
+    #[distributed_lock(key = "report", ttl = "300ms", locker = locker, guard = lease)]
+    async fn report(locker: &Locker, contender: &Locker) -> Result<u32, LockError> {
+        let _ = locker;
+        let mut refused = 0;
+        // Five ttls long; the lease must hold all along.
+        for _ in 0..15 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let attempt = contender.obtain("report", Duration::from_secs(5), ObtainOptions::new()).await;
+            if attempt.is_err_and(|err| err.is_not_obtained()) {
+                refused += 1;
+            }
+            assert!(!lease.is_lost());
+        }
+        Ok(refused)
+    }
+
+    assert_eq!(report(&locker, &contender).await, Ok(15), "the contender got in while the body ran");
+}
+
+#[tokio::test]
+async fn lost_lease_under_abort_drops_the_body_and_returns_lost() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+
+    #[distributed_lock(key = "job", ttl = "600ms", locker = locker)]
+    async fn job(locker: &Locker, entered: oneshot::Sender<()>, dropped: Arc<AtomicBool>) -> Result<(), LockError> {
+        let _ = locker;
+        let _flag = DropFlag(dropped);
+        let _ = entered.send(());
+        std::future::pending::<()>().await;
+        unreachable!("a pending future never completes")
+    }
+
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (entered_tx, entered) = oneshot::channel();
+    let call = tokio::spawn({
+        let (locker, dropped) = (locker.clone(), dropped.clone());
+        async move { job(&locker, entered_tx, dropped).await }
+    });
+    entered.await.unwrap();
+    // Someone else overwrites the key: the next refresh is refused.
+    let () = server.cmd(&["SET", "job", "someone-else", "PX", "30000"]);
+    let err = call.await.unwrap().unwrap_err();
+    assert!(matches!(&err, LockError::Lost { key } if key == "job"), "{err:?}");
+    assert!(dropped.load(Ordering::SeqCst), "the body's future was not dropped");
+    assert_eq!(server.cmd::<String>(&["GET", "job"]), "someone-else", "the other owner's key was touched");
+}
+
+#[tokio::test]
+async fn lost_lease_under_continue_lets_the_body_finish() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+
+    #[distributed_lock(key = "job", ttl = "600ms", locker = locker, on_lost = "continue", guard = lease)]
+    async fn job(locker: &Locker, entered: oneshot::Sender<()>) -> Result<bool, LockError> {
+        let _ = locker;
+        let _ = entered.send(());
+        lease.lost().await;
+        Ok(lease.is_lost())
+    }
+
+    let (entered_tx, entered) = oneshot::channel();
+    let call = tokio::spawn({
+        let locker = locker.clone();
+        async move { job(&locker, entered_tx).await }
+    });
+    entered.await.unwrap();
+    let () = server.cmd(&["SET", "job", "someone-else", "PX", "30000"]);
+    assert_eq!(call.await.unwrap(), Ok(true));
+    assert_eq!(server.cmd::<String>(&["GET", "job"]), "someone-else");
+}
+
+#[tokio::test]
+async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+
+    #[distributed_lock(key = "job", ttl = "1s", locker = locker)]
+    async fn job(locker: &Locker, entered: oneshot::Sender<tokio::time::Instant>) -> Result<(), LockError> {
+        let _ = locker;
+        let _ = entered.send(tokio::time::Instant::now());
+        std::future::pending::<()>().await;
+        unreachable!("a pending future never completes")
+    }
+
+    let (entered_tx, entered) = oneshot::channel();
+    let call = tokio::spawn({
+        let locker = locker.clone();
+        async move { job(&locker, entered_tx).await }
+    });
+    let body_started = entered.await.unwrap();
+    server.pause();
+    // The refresh cannot be answered (the default response timeout, 3 s, is
+    // longer than the ttl): only the local deadline can end the call.
+    let result = tokio::time::timeout(Duration::from_secs(20), call).await;
+    let lost_at = tokio::time::Instant::now();
+    server.resume();
+    let err = result.expect("the call hung while Redis was paused").unwrap().unwrap_err();
+    assert!(matches!(err, LockError::Lost { .. }), "{err:?}\n{}", server.log());
+    // The lease was taken before the body started, so its deadline is at most
+    // a ttl after that: the lease was not declared lost before the deadline.
+    assert!(lost_at >= body_started + Duration::from_millis(600), "lost after {:?}", lost_at - body_started);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn no_task_outlives_its_lock() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let baseline = metrics.num_alive_tasks();
+
+    #[distributed_lock(key = "job", ttl = "300ms", locker = locker)]
+    async fn job(locker: &Locker) -> Result<(), LockError> {
+        let _ = locker;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok(())
+    }
+
+    job(&locker).await.unwrap();
+    let (entered_tx, entered) = oneshot::channel::<()>();
+    let cancelled = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            #[distributed_lock(key = "other", ttl = "300ms", locker = locker)]
+            async fn forever(locker: &Locker, entered: oneshot::Sender<()>) -> Result<(), LockError> {
+                let _ = (locker, entered.send(()));
+                std::future::pending().await
+            }
+            forever(&locker, entered_tx).await
+        }
+    });
+    entered.await.unwrap();
+    cancelled.abort();
+    let _ = cancelled.await;
+
+    // The watchdog and the background release finish on their own; wait for
+    // them, bounded.
+    for _ in 0..200 {
+        if metrics.num_alive_tasks() <= baseline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metrics.num_alive_tasks(), baseline, "tasks outlived their locks");
+    assert!(!server.cmd::<bool>(&["EXISTS", "other"]), "the cancelled call's key was not released");
+}
