@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockmacro_runtime::{distributed_lock, LockError, Locker};
+use lockmacro_runtime::{LockError, Locker, distributed_lock};
 use redis::AsyncCommands;
 
 #[derive(Clone)]
@@ -39,7 +39,11 @@ impl Ledger {
     async fn is_billed(&self, user: u32) -> Result<bool, LockError> {
         match self {
             Ledger::Memory(ledger) => Ok(ledger.lock().unwrap().billed.contains_key(&user)),
-            Ledger::Redis(conn) => Ok(conn.clone().exists(format!("demo:billed:{user}")).await.map_err(backend)?),
+            Ledger::Redis(conn) => Ok(conn
+                .clone()
+                .exists(format!("demo:billed:{user}"))
+                .await
+                .map_err(backend)?),
         }
     }
 
@@ -52,8 +56,14 @@ impl Ledger {
             }
             Ledger::Redis(conn) => {
                 let mut conn = conn.clone();
-                let () = conn.rpush("demo:audit", format!("{user}:{instance}")).await.map_err(backend)?;
-                let () = conn.set(format!("demo:billed:{user}"), instance).await.map_err(backend)?;
+                let () = conn
+                    .rpush("demo:audit", format!("{user}:{instance}"))
+                    .await
+                    .map_err(backend)?;
+                let () = conn
+                    .set(format!("demo:billed:{user}"), instance)
+                    .await
+                    .map_err(backend)?;
             }
         }
         Ok(())
@@ -62,10 +72,22 @@ impl Ledger {
     /// Charges per user, from the audit log alone.
     async fn audit(&self) -> Result<HashMap<u32, usize>, LockError> {
         let entries: Vec<u32> = match self {
-            Ledger::Memory(ledger) => ledger.lock().unwrap().audit.iter().map(|(user, _)| *user).collect(),
+            Ledger::Memory(ledger) => ledger
+                .lock()
+                .unwrap()
+                .audit
+                .iter()
+                .map(|(user, _)| *user)
+                .collect(),
             Ledger::Redis(conn) => {
-                let raw: Vec<String> = conn.clone().lrange("demo:audit", 0, -1).await.map_err(backend)?;
-                raw.iter().filter_map(|entry| entry.split(':').next()?.parse().ok()).collect()
+                let raw: Vec<String> = conn
+                    .clone()
+                    .lrange("demo:audit", 0, -1)
+                    .await
+                    .map_err(backend)?;
+                raw.iter()
+                    .filter_map(|entry| entry.split(':').next()?.parse().ok())
+                    .collect()
             }
         };
         let mut charges = HashMap::new();
@@ -77,7 +99,12 @@ impl Ledger {
 }
 
 fn backend(err: redis::RedisError) -> LockError {
-    lockmacro_runtime::BackendError::new(lockmacro_runtime::BackendErrorKind::Other, "ledger", err.to_string()).into()
+    lockmacro_runtime::BackendError::new(
+        lockmacro_runtime::BackendErrorKind::Other,
+        "ledger",
+        err.to_string(),
+    )
+    .into()
 }
 
 /// What one instance did.
@@ -89,7 +116,12 @@ struct Tally {
 }
 
 #[distributed_lock(key = "billing:user:{user}", ttl = "10s", locker = locker)]
-async fn bill(locker: &Locker, ledger: &Ledger, user: u32, instance: usize) -> Result<Option<bool>, LockError> {
+async fn bill(
+    locker: &Locker,
+    ledger: &Ledger,
+    user: u32,
+    instance: usize,
+) -> Result<Option<bool>, LockError> {
     if ledger.is_billed(user).await? {
         return Ok(Some(false));
     }
@@ -100,7 +132,12 @@ async fn bill(locker: &Locker, ledger: &Ledger, user: u32, instance: usize) -> R
     Ok(Some(true))
 }
 
-async fn run_instance(locker: &Locker, ledger: &Ledger, instance: usize, users: u32) -> Result<Tally, LockError> {
+async fn run_instance(
+    locker: &Locker,
+    ledger: &Ledger,
+    instance: usize,
+    users: u32,
+) -> Result<Tally, LockError> {
     let mut tally = Tally::default();
     // Every instance walks the whole list, starting at a different place.
     let start = (instance as u32 * users / 4) % users.max(1);
@@ -116,7 +153,12 @@ async fn run_instance(locker: &Locker, ledger: &Ledger, instance: usize, users: 
 }
 
 /// `bill`, with "someone else holds this user" turned into `None`.
-async fn bill_or_skip(locker: &Locker, ledger: &Ledger, user: u32, instance: usize) -> Result<Option<bool>, LockError> {
+async fn bill_or_skip(
+    locker: &Locker,
+    ledger: &Ledger,
+    user: u32,
+    instance: usize,
+) -> Result<Option<bool>, LockError> {
     match bill(locker, ledger, user, instance).await {
         Err(err) if err.is_not_obtained() => Ok(None),
         other => other,
@@ -153,14 +195,19 @@ fn parse_args() -> Args {
 }
 
 fn usage(problem: &str) -> ! {
-    eprintln!("{problem}\nusage: billing [--instances N] [--users M]   (REDIS_URL=redis://… to run as processes on Redis)");
+    eprintln!(
+        "{problem}\nusage: billing [--instances N] [--users M]   (REDIS_URL=redis://… to run as processes on Redis)"
+    );
     std::process::exit(2);
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args();
-    match std::env::var("REDIS_URL").ok().filter(|url| !url.is_empty()) {
+    match std::env::var("REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+    {
         None => in_memory(&args).await,
         Some(url) => match args.worker {
             Some(instance) => worker(&url, instance, args.users).await,
@@ -170,14 +217,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn in_memory(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    println!("REDIS_URL is not set: running {} instances as tasks on the in-memory backend.", args.instances);
+    println!(
+        "REDIS_URL is not set: running {} instances as tasks on the in-memory backend.",
+        args.instances
+    );
     let locker = Locker::memory();
     let ledger = Ledger::Memory(Arc::default());
     let started = Instant::now();
     let mut tasks = Vec::new();
     for instance in 0..args.instances {
         let (locker, ledger, users) = (locker.clone(), ledger.clone(), args.users);
-        tasks.push(tokio::spawn(async move { run_instance(&locker, &ledger, instance, users).await }));
+        tasks.push(tokio::spawn(async move {
+            run_instance(&locker, &ledger, instance, users).await
+        }));
     }
     let mut tallies = Vec::new();
     for task in tasks {
@@ -187,20 +239,30 @@ async fn in_memory(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn with_processes(url: &str, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    println!("Running {} instances as separate processes against {url}.", args.instances);
+    println!(
+        "Running {} instances as separate processes against {url}.",
+        args.instances
+    );
     let client = redis::Client::open(url)?;
     let ledger = Ledger::Redis(redis::aio::ConnectionManager::new(client).await?);
     if let Ledger::Redis(conn) = &ledger {
         let mut conn = conn.clone();
         let stale: Vec<String> = conn.keys("demo:billed:*").await?;
-        let () = conn.del([stale, vec!["demo:audit".to_owned()]].concat()).await?;
+        let () = conn
+            .del([stale, vec!["demo:audit".to_owned()]].concat())
+            .await?;
     }
     let started = Instant::now();
     let exe = std::env::current_exe()?;
     let children: Vec<_> = (0..args.instances)
         .map(|instance| {
             Command::new(&exe)
-                .args(["--worker", &instance.to_string(), "--users", &args.users.to_string()])
+                .args([
+                    "--worker",
+                    &instance.to_string(),
+                    "--users",
+                    &args.users.to_string(),
+                ])
                 .stdout(Stdio::piped())
                 .spawn()
         })
@@ -212,20 +274,31 @@ async fn with_processes(url: &str, args: &Args) -> Result<(), Box<dyn std::error
             return Err(format!("an instance failed: {}", output.status).into());
         }
         let line = String::from_utf8(output.stdout)?;
-        let fields: Vec<usize> = line.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+        let fields: Vec<usize> = line
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
         let [charged, already_billed, skipped_busy] = fields[..] else {
             return Err(format!("unexpected worker output {line:?}").into());
         };
-        tallies.push(Tally { charged, already_billed, skipped_busy });
+        tallies.push(Tally {
+            charged,
+            already_billed,
+            skipped_busy,
+        });
     }
     report(args, &tallies, &ledger.audit().await?, started.elapsed())
 }
 
 async fn worker(url: &str, instance: usize, users: u32) -> Result<(), Box<dyn std::error::Error>> {
     let locker = Locker::connect(url).await?;
-    let ledger = Ledger::Redis(redis::aio::ConnectionManager::new(redis::Client::open(url)?).await?);
+    let ledger =
+        Ledger::Redis(redis::aio::ConnectionManager::new(redis::Client::open(url)?).await?);
     let tally = run_instance(&locker, &ledger, instance, users).await?;
-    println!("{} {} {}", tally.charged, tally.already_billed, tally.skipped_busy);
+    println!(
+        "{} {} {}",
+        tally.charged, tally.already_billed, tally.skipped_busy
+    );
     Ok(())
 }
 
@@ -238,12 +311,17 @@ fn report(
     let charged: usize = tallies.iter().map(|t| t.charged).sum();
     let busy: usize = tallies.iter().map(|t| t.skipped_busy).sum();
     let double = audit.values().filter(|&&n| n > 1).count();
-    let missed = (0..args.users).filter(|user| !audit.contains_key(user)).count();
+    let missed = (0..args.users)
+        .filter(|user| !audit.contains_key(user))
+        .count();
     println!();
     println!("| instance | charged | already billed | skipped (held elsewhere) |");
     println!("|---------:|--------:|---------------:|-------------------------:|");
     for (instance, t) in tallies.iter().enumerate() {
-        println!("| {instance:>8} | {:>7} | {:>14} | {:>24} |", t.charged, t.already_billed, t.skipped_busy);
+        println!(
+            "| {instance:>8} | {:>7} | {:>14} | {:>24} |",
+            t.charged, t.already_billed, t.skipped_busy
+        );
     }
     println!();
     println!("instances            {}", args.instances);

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{distributed_lock, LockError, Locker, ObtainOptions, RetryStrategy};
+use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
 use tokio::sync::oneshot;
 
 use crate::support::RedisServer;
@@ -111,7 +111,13 @@ async fn service(server: &RedisServer) -> Service {
 }
 
 async fn hold(server: &RedisServer, key: &str) -> lockmacro_runtime::Lock {
-    server.expect_ok(locker(server).await.obtain(key, LONG, ObtainOptions::new()).await, "hold")
+    server.expect_ok(
+        locker(server)
+            .await
+            .obtain(key, LONG, ObtainOptions::new())
+            .await,
+        "hold",
+    )
 }
 
 #[tokio::test]
@@ -120,7 +126,10 @@ async fn busy_under_error_returns_not_obtained_and_skips_the_body() {
     let svc = service(&server).await;
     let _held = hold(&server, "job:1").await;
     let err = svc.errors_when_busy(1).await.unwrap_err();
-    assert!(matches!(&err, LockError::NotObtained { key } if key == "job:1"), "{err:?}");
+    assert!(
+        matches!(&err, LockError::NotObtained { key } if key == "job:1"),
+        "{err:?}"
+    );
     assert_eq!(svc.runs.count(), 0, "the body ran without the lock");
 }
 
@@ -159,7 +168,11 @@ async fn return_releases_the_lock_before_the_value_comes_back() {
     let svc = service(&server).await;
     assert_eq!(svc.errors_when_busy(7).await.unwrap(), 7);
     assert!(!exists(&server, "job:7"), "the key outlived the call");
-    assert_eq!(svc.errors_when_busy(7).await.unwrap(), 7, "a second call finds it free");
+    assert_eq!(
+        svc.errors_when_busy(7).await.unwrap(),
+        7,
+        "a second call finds it free"
+    );
 }
 
 #[tokio::test]
@@ -202,7 +215,12 @@ async fn cancellation_stops_the_watchdog_and_releases_in_the_background() {
     // The release is in flight; it must land well before the 30 s ttl.
     let retry = RetryStrategy::linear(Duration::from_millis(10)).deadline(Duration::from_secs(5));
     let other = locker(&server).await;
-    server.expect_ok(other.obtain("job:9", LONG, ObtainOptions::new().retry(retry)).await, "obtain after cancel");
+    server.expect_ok(
+        other
+            .obtain("job:9", LONG, ObtainOptions::new().retry(retry))
+            .await,
+        "obtain after cancel",
+    );
 }
 
 #[tokio::test]
@@ -230,14 +248,24 @@ async fn design_card_line_locks_the_key_of_the_argument() {
         id: u64,
     }
     #[distributed_lock(key = "user:<u.id>", ttl = "30s", locker = locker)]
-    async fn bill(locker: &Locker, u: &User, seen: &AtomicBool, server: &RedisServer) -> Result<(), LockError> {
+    async fn bill(
+        locker: &Locker,
+        u: &User,
+        seen: &AtomicBool,
+        server: &RedisServer,
+    ) -> Result<(), LockError> {
         let _ = locker;
         seen.store(server.cmd::<bool>(&["EXISTS", "user:42"]), Ordering::SeqCst);
         Ok(())
     }
     let seen = AtomicBool::new(false);
-    bill(&locker, &User { id: 42 }, &seen, &server).await.unwrap();
-    assert!(seen.load(Ordering::SeqCst), "user:42 was not locked while the body ran");
+    bill(&locker, &User { id: 42 }, &seen, &server)
+        .await
+        .unwrap();
+    assert!(
+        seen.load(Ordering::SeqCst),
+        "user:42 was not locked while the body ran"
+    );
     assert!(!exists(&server, "user:42"));
 }
 
@@ -260,7 +288,11 @@ async fn wait_obtains_once_the_holder_releases() {
         let _ = (locker, id);
         Ok(released.load(Ordering::SeqCst))
     }
-    assert_eq!(patient(&svc.locker, 4, &released).await, Ok(true), "ran before the holder released");
+    assert_eq!(
+        patient(&svc.locker, 4, &released).await,
+        Ok(true),
+        "ran before the holder released"
+    );
     release.await.unwrap().unwrap();
 }
 
@@ -287,7 +319,11 @@ async fn fence_tokens_increase_per_key_and_guard_exposes_the_lock() {
     async fn write(locker: &Locker, n: u32) -> Result<(u64, String, bool), LockError> {
         let _ = locker;
         assert!(lock.deadline() > tokio::time::Instant::now());
-        Ok((lock.fence_token().expect("fence"), lock.key().to_owned(), lock.is_lost()))
+        Ok((
+            lock.fence_token().expect("fence"),
+            lock.key().to_owned(),
+            lock.is_lost(),
+        ))
     }
     let (t1, key, lost) = write(&locker, 1).await.unwrap();
     let (t2, _, _) = write(&locker, 1).await.unwrap();
@@ -312,7 +348,11 @@ async fn hold_at_least_keeps_the_key_after_the_body_ends() {
     let pttl: i64 = server.cmd(&["PTTL", "nightly"]);
     assert!(pttl > 15_000 && pttl <= 20_000, "pttl {pttl}");
     nightly(&locker, &runs).await;
-    assert_eq!(runs.count(), 1, "a second node ran the job within hold_at_least");
+    assert_eq!(
+        runs.count(),
+        1,
+        "a second node ran the job within hold_at_least"
+    );
 }
 
 #[tokio::test]
@@ -320,14 +360,27 @@ async fn several_keys_are_taken_all_or_nothing() {
     let server = RedisServer::start();
     let locker = locker(&server).await;
     #[distributed_lock(keys = ["account:{from}", "account:{to}"], ttl = "30s", locker = locker)]
-    async fn transfer(locker: &Locker, from: u32, to: u32, server: &RedisServer) -> Result<(bool, bool), LockError> {
+    async fn transfer(
+        locker: &Locker,
+        from: u32,
+        to: u32,
+        server: &RedisServer,
+    ) -> Result<(bool, bool), LockError> {
         let _ = locker;
         let key = |n: u32| format!("account:{n}");
-        Ok((server.cmd(&["EXISTS", &key(from)]), server.cmd(&["EXISTS", &key(to)])))
+        Ok((
+            server.cmd(&["EXISTS", &key(from)]),
+            server.cmd(&["EXISTS", &key(to)]),
+        ))
     }
     assert_eq!(transfer(&locker, 1, 2, &server).await, Ok((true, true)));
     let _held = hold(&server, "account:2").await;
-    assert!(transfer(&locker, 1, 2, &server).await.unwrap_err().is_not_obtained());
+    assert!(
+        transfer(&locker, 1, 2, &server)
+            .await
+            .unwrap_err()
+            .is_not_obtained()
+    );
     assert!(!exists(&server, "account:1"), "account:1 was left locked");
 }
 
@@ -349,12 +402,18 @@ async fn nested_call_on_a_held_key_reenters_and_other_tasks_still_contend() {
             let locker = locker.clone();
             async move { inner(&locker, t).await }
         });
-        let contended = other_task.await.unwrap().is_err_and(|err| err.is_not_obtained());
+        let contended = other_task
+            .await
+            .unwrap()
+            .is_err_and(|err| err.is_not_obtained());
         Ok((outer.token().to_owned(), nested, contended))
     }
 
     let (outer_token, nested_token, contended) = outer(&locker, 1).await.unwrap();
-    assert_eq!(outer_token, nested_token, "the nested call took a lock of its own");
+    assert_eq!(
+        outer_token, nested_token,
+        "the nested call took a lock of its own"
+    );
     assert!(contended, "another task re-entered a lock it does not hold");
     assert!(!exists(&server, "tenant:1"));
 }

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{distributed_lock, LockError, Locker, ObtainOptions};
+use lockmacro_runtime::{LockError, Locker, ObtainOptions, distributed_lock};
 use tokio::sync::oneshot;
 
 use crate::support::RedisServer;
@@ -33,7 +33,9 @@ async fn body_longer_than_the_ttl_keeps_the_lock() {
         // Five ttls long; the lease must hold all along.
         for _ in 0..15 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let attempt = contender.obtain("report", Duration::from_secs(5), ObtainOptions::new()).await;
+            let attempt = contender
+                .obtain("report", Duration::from_secs(5), ObtainOptions::new())
+                .await;
             if attempt.is_err_and(|err| err.is_not_obtained()) {
                 refused += 1;
             }
@@ -42,7 +44,11 @@ async fn body_longer_than_the_ttl_keeps_the_lock() {
         Ok(refused)
     }
 
-    assert_eq!(report(&locker, &contender).await, Ok(15), "the contender got in while the body ran");
+    assert_eq!(
+        report(&locker, &contender).await,
+        Ok(15),
+        "the contender got in while the body ran"
+    );
 }
 
 #[tokio::test]
@@ -51,7 +57,11 @@ async fn lost_lease_under_abort_drops_the_body_and_returns_lost() {
     let locker = locker(&server).await;
 
     #[distributed_lock(key = "job", ttl = "600ms", locker = locker)]
-    async fn job(locker: &Locker, entered: oneshot::Sender<()>, dropped: Arc<AtomicBool>) -> Result<(), LockError> {
+    async fn job(
+        locker: &Locker,
+        entered: oneshot::Sender<()>,
+        dropped: Arc<AtomicBool>,
+    ) -> Result<(), LockError> {
         let _ = locker;
         let _flag = DropFlag(dropped);
         let _ = entered.send(());
@@ -69,9 +79,19 @@ async fn lost_lease_under_abort_drops_the_body_and_returns_lost() {
     // Someone else overwrites the key: the next refresh is refused.
     let () = server.cmd(&["SET", "job", "someone-else", "PX", "30000"]);
     let err = call.await.unwrap().unwrap_err();
-    assert!(matches!(&err, LockError::Lost { key } if key == "job"), "{err:?}");
-    assert!(dropped.load(Ordering::SeqCst), "the body's future was not dropped");
-    assert_eq!(server.cmd::<String>(&["GET", "job"]), "someone-else", "the other owner's key was touched");
+    assert!(
+        matches!(&err, LockError::Lost { key } if key == "job"),
+        "{err:?}"
+    );
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the body's future was not dropped"
+    );
+    assert_eq!(
+        server.cmd::<String>(&["GET", "job"]),
+        "someone-else",
+        "the other owner's key was touched"
+    );
 }
 
 #[tokio::test]
@@ -104,7 +124,10 @@ async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable() {
     let locker = locker(&server).await;
 
     #[distributed_lock(key = "job", ttl = "1s", locker = locker)]
-    async fn job(locker: &Locker, entered: oneshot::Sender<tokio::time::Instant>) -> Result<(), LockError> {
+    async fn job(
+        locker: &Locker,
+        entered: oneshot::Sender<tokio::time::Instant>,
+    ) -> Result<(), LockError> {
         let _ = locker;
         let _ = entered.send(tokio::time::Instant::now());
         std::future::pending::<()>().await;
@@ -123,11 +146,22 @@ async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable() {
     let result = tokio::time::timeout(Duration::from_secs(20), call).await;
     let lost_at = tokio::time::Instant::now();
     server.resume();
-    let err = result.expect("the call hung while Redis was paused").unwrap().unwrap_err();
-    assert!(matches!(err, LockError::Lost { .. }), "{err:?}\n{}", server.log());
+    let err = result
+        .expect("the call hung while Redis was paused")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::Lost { .. }),
+        "{err:?}\n{}",
+        server.log()
+    );
     // The lease was taken before the body started, so its deadline is at most
     // a ttl after that: the lease was not declared lost before the deadline.
-    assert!(lost_at >= body_started + Duration::from_millis(600), "lost after {:?}", lost_at - body_started);
+    assert!(
+        lost_at >= body_started + Duration::from_millis(600),
+        "lost after {:?}",
+        lost_at - body_started
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -150,7 +184,10 @@ async fn no_task_outlives_its_lock() {
         let locker = locker.clone();
         async move {
             #[distributed_lock(key = "other", ttl = "300ms", locker = locker)]
-            async fn forever(locker: &Locker, entered: oneshot::Sender<()>) -> Result<(), LockError> {
+            async fn forever(
+                locker: &Locker,
+                entered: oneshot::Sender<()>,
+            ) -> Result<(), LockError> {
                 let _ = (locker, entered.send(()));
                 std::future::pending().await
             }
@@ -169,6 +206,13 @@ async fn no_task_outlives_its_lock() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(metrics.num_alive_tasks(), baseline, "tasks outlived their locks");
-    assert!(!server.cmd::<bool>(&["EXISTS", "other"]), "the cancelled call's key was not released");
+    assert_eq!(
+        metrics.num_alive_tasks(),
+        baseline,
+        "tasks outlived their locks"
+    );
+    assert!(
+        !server.cmd::<bool>(&["EXISTS", "other"]),
+        "the cancelled call's key was not released"
+    );
 }

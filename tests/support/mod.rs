@@ -5,4 +5,5 @@
 
 pub mod redis;
 
+#[allow(unused_imports)] // Likewise: not every test binary starts a server.
 pub use self::redis::RedisServer;

@@ -29,6 +29,9 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A port found free can be taken by someone else before `redis-server` binds it.
 const PORT_ATTEMPTS: u32 = 5;
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Short, so that startup notices soon when our server exited and the port belongs to
+/// someone who accepts connections but does not answer.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A `redis-server` on `127.0.0.1`, killed and reaped on drop.
 ///
@@ -102,7 +105,12 @@ impl RedisServer {
     /// Starts `n` independent servers with the same extra arguments.
     #[track_caller]
     pub fn start_many_with(n: usize, args: &[&str]) -> Vec<Self> {
-        (0..n).map(|_| Self::start_with(args)).collect()
+        // A loop rather than `map`: `#[track_caller]` does not reach into closures.
+        let mut servers = Vec::with_capacity(n);
+        for _ in 0..n {
+            servers.push(Self::start_with(args));
+        }
+        servers
     }
 
     /// `redis://127.0.0.1:PORT/`, without the `--requirepass` password.
@@ -144,10 +152,10 @@ impl RedisServer {
     /// Kills the server with SIGKILL and reaps it; a paused server too.
     #[track_caller]
     pub fn stop(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            if let Err(error) = process.kill().and_then(|()| process.wait()) {
-                self.fail(format_args!("cannot kill redis-server: {error}"));
-            }
+        if let Some(mut process) = self.process.take()
+            && let Err(error) = process.kill().and_then(|()| process.wait())
+        {
+            self.fail(format_args!("cannot kill redis-server: {error}"));
         }
     }
 
@@ -240,11 +248,14 @@ impl RedisServer {
     /// Panics with `message` followed by the server's log.
     #[track_caller]
     pub fn fail(&self, message: impl Display) -> ! {
+        let log = self.log();
+        let log = match log.trim_end() {
+            "" => "(empty)",
+            log => log,
+        };
         panic!(
-            "{message}\n\n--- log of redis-server on port {} ({}) ---\n{}\n--- end of log ---",
+            "{message}\n\n--- log of redis-server on port {} ---\n{log}\n--- end of log ---",
             self.port,
-            self.log_path().display(),
-            self.log().trim_end(),
         )
     }
 
@@ -337,8 +348,8 @@ impl RedisServer {
     /// The pid the server on our port reports, which tells our server from a stranger
     /// that took the port first.
     fn server_pid(&self) -> redis::RedisResult<u32> {
-        let mut connection = self.client().get_connection_with_timeout(IO_TIMEOUT)?;
-        connection.set_read_timeout(Some(IO_TIMEOUT))?;
+        let mut connection = self.client().get_connection_with_timeout(PROBE_TIMEOUT)?;
+        connection.set_read_timeout(Some(PROBE_TIMEOUT))?;
         let info: String = redis::cmd("INFO").arg("server").query(&mut connection)?;
         Ok(info
             .lines()
