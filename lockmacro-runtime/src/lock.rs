@@ -104,9 +104,10 @@ impl Lease {
             .await?;
         if refreshed {
             tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
+            let drift = self.locker.backend().drift(ttl);
             self.set_timing(Timing {
                 ttl,
-                deadline: sent + ttl,
+                deadline: sent + ttl.saturating_sub(drift),
             });
             Ok(())
         } else {

@@ -255,7 +255,7 @@ impl Locker {
                             acquired_at: sent,
                             timing: Mutex::new(Timing {
                                 ttl,
-                                deadline: sent + ttl,
+                                deadline: sent + ttl.saturating_sub(self.backend().drift(ttl)),
                             }),
                             lost: AtomicBool::new(false),
                             lost_notify: Notify::new(),

@@ -105,6 +105,15 @@ pub trait Backend: Send + Sync + 'static {
         keys: &'a [String],
         token: &'a str,
     ) -> BoxFuture<'a, Result<Option<Duration>, LockError>>;
+
+    /// How much shorter than `ttl` a lease must be taken to be, locally, to
+    /// allow for clock drift between this process and the servers. A lease
+    /// taken or refreshed at `sent` is trusted until `sent + ttl - drift`.
+    /// Zero by default (one server, whose expiry starts after `sent`).
+    fn drift(&self, ttl: Duration) -> Duration {
+        let _ = ttl;
+        Duration::ZERO
+    }
 }
 
 /// A shared backend: several [`Locker`](crate::Locker)s built with
@@ -140,6 +149,10 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         token: &'a str,
     ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
         (**self).remaining(keys, token)
+    }
+
+    fn drift(&self, ttl: Duration) -> Duration {
+        (**self).drift(ttl)
     }
 }
 
