@@ -6,6 +6,7 @@ mod support;
 
 mod cases;
 mod fixture;
+mod logs;
 mod redis;
 
 /// Instantiates every case in `cases` once per backend.

@@ -1,0 +1,69 @@
+//! What the runtime tells `tracing`: every step, with the key and never the
+//! token.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lockmacro_runtime::{Locker, ObtainOptions, RetryStrategy};
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn events_name_the_key_and_never_the_token() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer({
+            let captured = captured.clone();
+            move || captured.clone()
+        })
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let locker = Locker::memory();
+    let ttl = Duration::from_secs(5);
+    let lock = locker
+        .obtain("user:42", ttl, ObtainOptions::new())
+        .await
+        .unwrap();
+    let retry = RetryStrategy::linear(Duration::from_millis(1)).max_attempts(2);
+    let busy = locker
+        .obtain("user:42", ttl, ObtainOptions::new().retry(retry))
+        .await;
+    assert!(busy.is_err());
+    lock.refresh(ttl).await.unwrap();
+    let token = lock.token().to_owned();
+    lock.release().await.unwrap();
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    for event in [
+        "obtained",
+        "busy, retrying",
+        "busy",
+        "refreshed",
+        "released",
+    ] {
+        assert!(logs.contains(event), "no `{event}` event in:\n{logs}");
+    }
+    assert!(
+        logs.lines().all(|line| line.contains("user:42")),
+        "an event without the key:\n{logs}"
+    );
+    assert!(
+        !logs.contains(&token),
+        "the token leaked into the logs:\n{logs}"
+    );
+}
