@@ -1,7 +1,6 @@
 //! Support for the code `#[distributed_lock]` generates. Not public API: it
 //! changes without notice; use the items re-exported at the crate root.
 
-use std::borrow::Borrow;
 use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -27,7 +26,6 @@ pub struct Plan {
     fence: Fence,
     abort_on_lost: bool,
     hold_at_least: Option<Duration>,
-    fair: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -47,7 +45,6 @@ impl Plan {
             fence: Fence::Off,
             abort_on_lost: true,
             hold_at_least: None,
-            fair: false,
         }
     }
 
@@ -60,12 +57,6 @@ impl Plan {
     /// `wait = …`
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
-        self
-    }
-
-    /// `fair = true`
-    pub fn fair(mut self) -> Self {
-        self.fair = true;
         self
     }
 
@@ -114,9 +105,38 @@ pub fn global() -> Result<Locker, LockError> {
     crate::global().ok_or(LockError::NotConfigured)
 }
 
-/// `locker = expr`: accepts `Locker`, `&Locker`, `Arc<Locker>`, ….
-pub fn locker<L: Borrow<Locker> + ?Sized>(locker: &L) -> Result<Locker, LockError> {
-    Ok(locker.borrow().clone())
+/// `locker = expr`: accepts `Locker`, `Arc<Locker>`, and references to them.
+pub fn locker<L: AsLocker + ?Sized>(locker: &L) -> Result<Locker, LockError> {
+    Ok(locker.as_locker().clone())
+}
+
+/// What `locker = …` accepts.
+#[diagnostic::on_unimplemented(
+    message = "`locker = …` of `#[distributed_lock]` needs a `Locker`, found `{Self}`",
+    label = "not a `Locker`",
+    note = "pass a `lockmacro_runtime::Locker`, a reference to one, or an `Arc<Locker>`"
+)]
+pub trait AsLocker {
+    /// The locker.
+    fn as_locker(&self) -> &Locker;
+}
+
+impl AsLocker for Locker {
+    fn as_locker(&self) -> &Locker {
+        self
+    }
+}
+
+impl AsLocker for std::sync::Arc<Locker> {
+    fn as_locker(&self) -> &Locker {
+        self
+    }
+}
+
+impl<T: AsLocker + ?Sized> AsLocker for &T {
+    fn as_locker(&self) -> &Locker {
+        (**self).as_locker()
+    }
 }
 
 /// `key = expr` with a non-literal expression.

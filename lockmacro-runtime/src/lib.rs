@@ -132,8 +132,8 @@ mod watchdog;
 pub mod __private;
 
 pub use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, MemoryBackend, RedisBackend, RedisConfig,
-    TOKEN_LEN,
+    AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, MemoryBackend, RedisBackend,
+    RedisConfig, RedlockBackend, TOKEN_LEN,
 };
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::global::{global, set_global};
@@ -142,3 +142,5 @@ pub use crate::lock::Lock;
 pub use crate::locker::{Locker, MAX_TTL};
 pub use crate::options::{Fencing, ObtainOptions};
 pub use crate::retry::RetryStrategy;
+#[doc(inline)]
+pub use lockmacro::distributed_lock;

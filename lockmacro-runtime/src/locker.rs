@@ -10,7 +10,9 @@ use crate::backend::{AcquireRequest, Acquired, Backend, derived_fence_key};
 use crate::lock::{Lease, Timing};
 use crate::options::Fencing;
 use crate::watchdog::Watchdog;
-use crate::{Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend};
+use crate::{
+    ClusterBackend, Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend,
+};
 
 /// The longest ttl accepted: ten years.
 pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -104,6 +106,58 @@ impl Locker {
     /// ```
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Ok(Locker::new(RedisBackend::connect(url).await?))
+    }
+
+    /// A locker on a Redis Cluster, reached through one or more of its nodes
+    /// (`seeds`, URLs as for [`connect`](Self::connect)); the other nodes are
+    /// discovered.
+    ///
+    /// Keys locked together, and a lock with an explicit fence key, must share
+    /// a hash slot; see [`ClusterBackend`]. Fails like [`connect`](Self::connect)
+    /// when no seed can be reached or none is part of a cluster.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::Locker;
+    ///
+    /// let locker = Locker::cluster(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"]).await?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub async fn cluster<I, S>(seeds: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Ok(Locker::new(ClusterBackend::connect(seeds).await?))
+    }
+
+    /// A locker on independent Redis masters (`urls`, URLs as for
+    /// [`connect`](Self::connect)) that grant a lock by majority: the Redlock
+    /// algorithm. See [`RedlockBackend`] for its timing and for what fencing
+    /// tokens guarantee there.
+    ///
+    /// Succeeds when a majority of the masters can be reached; the others join
+    /// when they come up. Fails with [`LockError::Backend`] when fewer can,
+    /// and with [`LockError::InvalidUrl`] for a bad, missing or repeated URL.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::Locker;
+    ///
+    /// let locker = Locker::redlock([
+    ///     "redis://10.0.0.1:6379/",
+    ///     "redis://10.0.0.2:6379/",
+    ///     "redis://10.0.0.3:6379/",
+    /// ])
+    /// .await?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Ok(Locker::new(RedlockBackend::connect(urls).await?))
     }
 
     /// A locker on a fresh in-process [`MemoryBackend`].

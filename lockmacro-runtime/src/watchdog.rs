@@ -73,18 +73,6 @@ impl Watchdog {
         }
     }
 
-    /// How many leases are watched.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.state().leases.len()
-    }
-
-    /// Whether the task is running.
-    #[cfg(test)]
-    pub(crate) fn is_running(&self) -> bool {
-        self.state().running
-    }
-
     async fn run(self: Arc<Self>) {
         let mut in_flight = JoinSet::new();
         loop {

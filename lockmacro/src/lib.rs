@@ -1,1 +1,219 @@
-//! The `#[distributed_lock]` attribute. Use it through `lockmacro-runtime`.
+//! The `#[distributed_lock]` attribute. Use it through `lockmacro-runtime`,
+//! which re-exports it and holds everything that runs: this crate only reads
+//! the attribute and rewrites the function, at compile time.
+//!
+//! The attribute, each of its arguments and what it expands to are
+//! documented on [`distributed_lock`].
+
+mod args;
+mod duration;
+mod errors;
+mod expand;
+mod item;
+mod key;
+mod policy;
+#[cfg(test)]
+mod snapshots;
+
+/// Runs an `async fn` only while it holds a distributed lock.
+///
+/// ```
+/// use lockmacro_runtime::{LockError, Locker, distributed_lock, set_global};
+///
+/// pub struct User {
+///     pub id: u64,
+/// }
+///
+/// #[distributed_lock(key = "user:{u.id}", ttl = "30s")]
+/// async fn bill(u: &User) -> Result<u64, LockError> {
+///     // Runs on at most one instance at a time for this user; the lease is
+///     // refreshed while this runs and released when it ends.
+///     Ok(u.id * 100)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// set_global(Locker::memory()); // or Locker::connect("redis://…").await?
+/// assert_eq!(bill(&User { id: 7 }).await?, 700);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The body never runs unless the lock is held. When it cannot be held (the
+/// key is busy, the backend fails, no locker is configured), the function
+/// returns instead of running: an error, or a "skipped" value, as
+/// [`on_busy`](#on_busy--error--skip) says. When the body returns, panics, or
+/// its future is dropped, the lock is released.
+///
+/// Every argument is checked at compile time: a mistake is a compile error
+/// on the argument, saying what to write instead.
+///
+/// # Arguments
+///
+/// ## `key = "…"`
+///
+/// The key to lock: text with placeholders, each an expression over the
+/// function's arguments rendered with `Display`: `"user:{u.id}"`,
+/// `"tenant:{self.tenant}:order:{order.id()}"`. `<expr>` is the same as
+/// `{expr}` (`"user:<u.id>"`); double a bracket for the bracket itself
+/// (`{{`, `}}`, `<<`, `>>`). A placeholder must start from a parameter,
+/// `self` or a constant. Any other expression than a string is taken as the
+/// key itself, rendered with `Display`: `key = self.job_key()`.
+///
+/// ## `keys = ["…", "…"]`
+///
+/// Several keys, taken all or nothing, in sorted order so that two callers
+/// never deadlock: `keys = ["account:{from}", "account:{to}"]`. Give `key` or
+/// `keys`, not both.
+///
+/// ## `ttl = "30s"`
+///
+/// Required. How long the lease lasts without a refresh: `"500ms"`, `"30s"`,
+/// `"1m30s"`, `"2h"`. Read at compile time, in whole milliseconds, between 1ms
+/// and ten years. Any other expression is taken as a
+/// `std::time::Duration`: `ttl = self.lease`, `ttl = Duration::from_secs(30)`.
+/// Every duration argument below takes the same forms.
+///
+/// ## `on_busy = "error" | "skip"`
+///
+/// What the function returns when the lock cannot be held.
+///
+/// - `"error"`: `Err(LockError::….into())`. The return type must be
+///   `Result<T, E>` with `E: From<LockError>`.
+/// - `"skip"`: the skipped value: `()`, `None`, `Ok(())` or `Ok(None)`. The
+///   return type must be `()`, `Option<T>`, `Result<(), E>` or
+///   `Result<Option<T>, E>`. Failures other than a busy key are logged at
+///   error level.
+/// - Not given: `"error"` for a `Result` (type aliases such as
+///   `anyhow::Result<T>` included), `"skip"` for `()` and `Option<T>`.
+///
+/// A return type the policy cannot produce is a compile error on the return
+/// type.
+///
+/// ## `wait = "10s"`
+///
+/// Keep trying this long before giving up on a busy key: retries follow an
+/// exponential backoff with full jitter (2 ms to 200 ms), and no pause is
+/// longer than the holder's remaining lease, so an expired holder is noticed
+/// at once. Without `wait`, the lock is tried once.
+///
+/// ## `fair = false`
+///
+/// Reserved for serving waiters in arrival order. This version has no
+/// arrival-order queue: `fair = true` is a compile error, `fair = false`
+/// (the behaviour you get anyway) is accepted.
+///
+/// ## `refresh = "10s"`
+///
+/// How often the watchdog renews the lease while the body runs. Must be
+/// shorter than `ttl`; a third of `ttl` when not given.
+///
+/// ## `on_lost = "abort" | "continue"`
+///
+/// What happens when the lease is lost while the body runs (the backend was
+/// unreachable for longer than the lease). `"abort"`, the default: the body's
+/// future is dropped at its next `.await`, and the function returns as for a
+/// busy key, with `LockError::Lost`. `"continue"`: the body runs on, and
+/// `guard.is_lost()` tells it.
+///
+/// ## `fence` / `fence = "key"`
+///
+/// Mint a fencing token with the lock: a number that strictly increases each
+/// time the key is taken, read with `guard.fence_token()`. Pass it to the
+/// resource the lock protects, which refuses a token older than the last it
+/// accepted. The counter is stored next to the key, or under the key given
+/// (a template, like `key`).
+///
+/// ## `guard = name`
+///
+/// Binds `name: &LockGuard` in the body: the key, the token, the fencing
+/// token, the lease's deadline, `is_lost()`.
+///
+/// ```
+/// # use lockmacro_runtime::{LockError, distributed_lock};
+/// #[distributed_lock(key = "invoice:{id}", ttl = "30s", fence, guard = lock)]
+/// async fn send_invoice(id: u64) -> Result<Option<u64>, LockError> {
+///     Ok(lock.fence_token())
+/// }
+/// ```
+///
+/// ## `locker = expr`
+///
+/// The `Locker` to use, as a `Locker`, a `&Locker` or an `Arc<Locker>`:
+/// `locker = self.locker`, `locker = &state.locker`. The global one
+/// (`lockmacro_runtime::set_global`) when not given.
+///
+/// ## `hold_at_least = "5m"`
+///
+/// Keep the key at least this long after taking it, even when the body ends
+/// sooner: for a job scheduled on several nodes whose clocks differ, so that
+/// a node that starts late does not run it a second time.
+///
+/// ## `crate = "path"`
+///
+/// Where the runtime crate is, for a crate that re-exports it:
+/// `crate = "::my_app::locks"`. `::lockmacro_runtime` when not given.
+///
+/// # What it expands to
+///
+/// The signature is kept as written and only the body changes, so methods
+/// (`&self`, `&mut self`, `self`), generics, lifetimes, `impl Trait`
+/// arguments and `where` clauses work as they are. The keys are computed
+/// before the body takes the arguments, then the body runs as a future while
+/// the lock is held:
+///
+/// ```ignore
+/// async fn bill(u: &User) -> Result<Receipt, BillingError> {
+///     let keys = vec![format!("user:{}", u.id)];
+///     let locker = ::lockmacro_runtime::__private::global();
+///     let plan = Plan::new(Duration::from_millis(30000));
+///     ::lockmacro_runtime::__private::run(
+///         locker,
+///         keys,
+///         plan,
+///         <Result<Receipt, BillingError> as AutoOutcome>::on_failure,
+///         move |guard| async move { /* the body, as written */ },
+///     )
+///     .await
+/// }
+/// ```
+///
+/// (`__private` is the runtime's support for the generated code, not public
+/// API.) The returned future is `Send` whenever the body's is.
+///
+/// The attribute also goes on methods of an `#[async_trait]` impl, and above
+/// or below `#[tracing::instrument]`. It needs an `async fn` with a body and
+/// a return type that can be named (not `impl Trait`), and goes on a function
+/// once: for several keys, use `keys`.
+///
+/// # Mistakes are compile errors
+///
+/// ```compile_fail
+/// # use lockmacro_runtime::{LockError, distributed_lock};
+/// #[distributed_lock(key = "user:{id}", ttl = "30 parsecs")]
+/// async fn bill(id: u64) -> Result<u64, LockError> {
+///     Ok(id)
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use lockmacro_runtime::distributed_lock;
+/// #[distributed_lock(key = "user:{user.id}", ttl = "30s")]
+/// async fn bill(id: u64) {}
+/// ```
+///
+/// ```compile_fail,E0277
+/// # use lockmacro_runtime::distributed_lock;
+/// // `skip` has no value to return for `u64`.
+/// #[distributed_lock(key = "user:{id}", ttl = "30s", on_busy = "skip")]
+/// async fn bill(id: u64) -> u64 {
+///     id
+/// }
+/// ```
+#[proc_macro_attribute]
+pub fn distributed_lock(
+    args: proc_macro::TokenStream,
+    item: proc_macro::TokenStream,
+) -> proc_macro::TokenStream {
+    expand::distributed_lock(args.into(), item.into()).into()
+}

@@ -288,9 +288,8 @@ async fn wait_obtains_once_the_holder_releases() {
         let _ = (locker, id);
         Ok(released.load(Ordering::SeqCst))
     }
-    assert_eq!(
-        patient(&svc.locker, 4, &released).await,
-        Ok(true),
+    assert!(
+        patient(&svc.locker, 4, &released).await.unwrap(),
         "ran before the holder released"
     );
     release.await.unwrap().unwrap();
@@ -373,7 +372,10 @@ async fn several_keys_are_taken_all_or_nothing() {
             server.cmd(&["EXISTS", &key(to)]),
         ))
     }
-    assert_eq!(transfer(&locker, 1, 2, &server).await, Ok((true, true)));
+    assert_eq!(
+        transfer(&locker, 1, 2, &server).await.unwrap(),
+        (true, true)
+    );
     let _held = hold(&server, "account:2").await;
     assert!(
         transfer(&locker, 1, 2, &server)

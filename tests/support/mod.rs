@@ -3,6 +3,7 @@
 // Every test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod redis;
 
 #[allow(unused_imports)] // Likewise: not every test binary starts a server.

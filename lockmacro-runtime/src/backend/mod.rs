@@ -1,16 +1,22 @@
 //! The storage a [`Locker`](crate::Locker) runs on.
 //!
-//! [`RedisBackend`] and [`MemoryBackend`] ship with the crate. Another store
-//! can be plugged in by implementing [`Backend`]; it must give the same
-//! guarantees: a key is held by at most one value at a time, until its ttl
-//! passes or the owner releases it, and only a caller presenting the owner's
-//! token can refresh or release it.
+//! [`RedisBackend`] (one server), [`ClusterBackend`] (Redis Cluster),
+//! [`RedlockBackend`] (independent masters, by majority) and [`MemoryBackend`]
+//! ship with the crate. Another store can be plugged in by implementing
+//! [`Backend`]; it must give the same guarantees: a key is held by at most one
+//! value at a time, until its ttl passes or the owner releases it, and only a
+//! caller presenting the owner's token can refresh or release it.
 
+mod cluster;
 mod memory;
 mod redis;
+mod redlock;
+mod slot;
 
+pub use self::cluster::ClusterBackend;
 pub use self::memory::MemoryBackend;
 pub use self::redis::{RedisBackend, RedisConfig};
+pub use self::redlock::RedlockBackend;
 
 use std::future::Future;
 use std::pin::Pin;

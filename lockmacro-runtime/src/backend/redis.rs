@@ -8,14 +8,17 @@ use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN};
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static REFRESH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/refresh.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
-static REMAINING: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/remaining.lua")));
+// The sources are kept next to their `Script`s for the cluster backend, which
+// falls back to `EVAL` with the source itself (see `cluster.rs`).
+pub(super) const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
+pub(super) const REFRESH_LUA: &str = include_str!("scripts/refresh.lua");
+pub(super) const RELEASE_LUA: &str = include_str!("scripts/release.lua");
+pub(super) const REMAINING_LUA: &str = include_str!("scripts/remaining.lua");
+
+pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+pub(super) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(REFRESH_LUA));
+pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+pub(super) static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(REMAINING_LUA));
 
 /// Connection settings for [`RedisBackend`].
 ///
@@ -31,8 +34,8 @@ static REMAINING: LazyLock<Script> =
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RedisConfig {
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
 }
 
 impl Default for RedisConfig {
@@ -133,7 +136,7 @@ impl RedisBackend {
         Ok(RedisBackend { conn, name })
     }
 
-    async fn invoke<T: redis::FromRedisValue>(
+    pub(super) async fn invoke<T: redis::FromRedisValue>(
         &self,
         what: &str,
         keys: &[String],
@@ -161,7 +164,7 @@ impl RedisBackend {
 }
 
 /// The URL with its password hidden, for error messages.
-fn redact(url: &str) -> String {
+pub(super) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
@@ -172,7 +175,7 @@ fn redact(url: &str) -> String {
     }
 }
 
-fn backend_error(server: &str, what: &str, err: RedisError) -> BackendError {
+pub(super) fn backend_error(server: &str, what: &str, err: RedisError) -> BackendError {
     let kind = match err.kind() {
         ErrorKind::AuthenticationFailed => BackendErrorKind::Authentication,
         ErrorKind::Server(ServerErrorKind::NoPerm) => BackendErrorKind::Permission,
@@ -195,12 +198,31 @@ fn backend_error(server: &str, what: &str, err: RedisError) -> BackendError {
     BackendError::new(kind, format!("{server}: {what}"), message).with_source(err)
 }
 
-fn millis(ttl: Duration) -> String {
+pub(super) fn millis(ttl: Duration) -> String {
     ttl.as_millis().to_string()
 }
 
-fn pttl(value: i64) -> Option<Duration> {
+pub(super) fn pttl(value: i64) -> Option<Duration> {
     u64::try_from(value).ok().map(Duration::from_millis)
+}
+
+/// Reads the reply of the acquire script; `server` names it in errors.
+pub(super) fn acquired(reply: &[i64], fenced: bool, server: &str) -> Result<Acquired, LockError> {
+    match reply {
+        [1, fence] => Ok(Acquired::Obtained {
+            fence: fenced.then(|| u64::try_from(*fence).unwrap_or(0)),
+        }),
+        [0, index, remaining] => Ok(Acquired::Busy {
+            index: usize::try_from(*index - 1).unwrap_or(0),
+            remaining: pttl(*remaining),
+        }),
+        other => Err(BackendError::new(
+            BackendErrorKind::Other,
+            format!("{server}: obtain"),
+            format!("unexpected reply {other:?} from the acquire script"),
+        )
+        .into()),
+    }
 }
 
 impl Backend for RedisBackend {
@@ -223,21 +245,7 @@ impl Backend for RedisBackend {
                         .await?
                 }
             };
-            match reply.as_slice() {
-                [1, fence] => Ok(Acquired::Obtained {
-                    fence: req.fence_key.map(|_| u64::try_from(*fence).unwrap_or(0)),
-                }),
-                [0, index, remaining] => Ok(Acquired::Busy {
-                    index: usize::try_from(*index - 1).unwrap_or(0),
-                    remaining: pttl(*remaining),
-                }),
-                other => Err(BackendError::new(
-                    BackendErrorKind::Other,
-                    format!("{}: obtain", self.name),
-                    format!("unexpected reply {other:?} from the acquire script"),
-                )
-                .into()),
-            }
+            acquired(&reply, req.fence_key.is_some(), &self.name)
         })
     }
 

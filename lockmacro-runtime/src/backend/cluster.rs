@@ -1,0 +1,268 @@
+use std::time::Duration;
+
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
+
+use super::redis::{
+    ACQUIRE, ACQUIRE_LUA, REFRESH, REFRESH_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
+    acquired, backend_error, millis, pttl, redact,
+};
+use super::slot::check_same_slot;
+use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN};
+use crate::error::{BackendError, BackendErrorKind};
+use crate::{LockError, RedisConfig};
+
+/// Retries of one command inside the cluster client, on redirections and on a
+/// node that cannot be reached. They all fit in the response timeout, which
+/// bounds the whole command.
+const RETRIES: u32 = 8;
+/// Bounds of the cluster client's randomised wait between two retries, in
+/// milliseconds: short, so that a failover is noticed soon after it happened.
+const RETRY_WAIT_MS: (u64, u64) = (10, 250);
+
+/// Locks on a Redis Cluster.
+///
+/// The same keys, values and scripts as [`RedisBackend`](super::RedisBackend),
+/// sent through the `redis` crate's cluster client: each call goes to the
+/// master of the key's hash slot, redirections (`MOVED`, `ASK`) are followed,
+/// and the slot map is reloaded when a node fails or a replica takes over.
+/// Scripts run by `EVALSHA`; a node that has not seen one yet (a new node, a
+/// replica just promoted) gets it with `EVAL`, which also caches it there.
+///
+/// # Keys that must share a slot
+///
+/// A script can only touch keys of one slot. The keys of one
+/// [`obtain_many`](crate::Locker::obtain_many) and an explicit
+/// [fence key](crate::ObtainOptions::fence_key) must therefore hash to the
+/// lock key's slot; otherwise the call fails with [`LockError::InvalidKey`],
+/// naming the keys, before anything is sent. Give such keys a shared hash tag
+/// (only the text between the first `{` and `}` is hashed): `{order:7}:stock`
+/// and `{order:7}:payment`, or put the tag in the namespace
+/// (`with_namespace("{billing}")`) to keep every key of a locker in one slot.
+/// The derived fence key (`{K}:fence`) always shares its lock's slot.
+///
+/// # Failover
+///
+/// Redis Cluster replicates asynchronously: a lock acknowledged by a master
+/// that dies before its replica received it is gone after the failover, and
+/// so are the fence counter's latest increments. Another client can then take
+/// the lock while the first still believes it holds it, until its next
+/// refresh finds the key gone. Where a failover must not lose a lock, use
+/// [`RedlockBackend`](super::RedlockBackend). Calls made while the failover is
+/// in progress fail with [`LockError::Backend`] after the response timeout, or
+/// succeed if the new master takes over in time.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+/// use lockmacro_runtime::{ClusterBackend, Locker};
+///
+/// let backend = ClusterBackend::connect(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"]).await?;
+/// let locker = Locker::new(backend);
+/// # let _ = locker; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ClusterBackend {
+    conn: ClusterConnection,
+    /// `redis cluster 10.0.0.1:6379,10.0.0.2:6379`: names it in error messages.
+    name: String,
+}
+
+impl std::fmt::Debug for ClusterBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterBackend")
+            .field("cluster", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterBackend {
+    /// Connects to the cluster through `seeds` (`redis://[user:password@]host:port/`,
+    /// one or more nodes of the cluster; the others are discovered) with the
+    /// default [`RedisConfig`].
+    pub async fn connect<I, S>(seeds: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::connect_with(seeds, RedisConfig::default()).await
+    }
+
+    /// Connects to the cluster through `seeds` with `config`. The connect
+    /// timeout applies to each node; the response timeout bounds each call,
+    /// redirections and retries included.
+    pub async fn connect_with<I, S>(seeds: I, config: RedisConfig) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut infos = Vec::new();
+        for seed in seeds {
+            let seed = seed.as_ref();
+            let info = redis::IntoConnectionInfo::into_connection_info(seed).map_err(|err| {
+                LockError::InvalidUrl {
+                    url: redact(seed),
+                    reason: err.to_string(),
+                }
+            })?;
+            infos.push(info);
+        }
+        if infos.is_empty() {
+            return Err(LockError::InvalidUrl {
+                url: String::new(),
+                reason: "no seed nodes given; pass the URL of at least one node of the cluster"
+                    .into(),
+            });
+        }
+        let addrs: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
+        let name = format!("redis cluster {}", addrs.join(","));
+        let client = ClusterClientBuilder::new(infos)
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.response_timeout)
+            .retries(RETRIES)
+            .min_retry_wait(RETRY_WAIT_MS.0)
+            .max_retry_wait(RETRY_WAIT_MS.1)
+            .build()
+            .map_err(|err| LockError::InvalidUrl {
+                url: addrs.join(","),
+                reason: err.to_string(),
+            })?;
+        // Reading the slot map takes a round trip after the handshake with
+        // each seed tried; this bounds all of it.
+        let connect = client.get_async_connection();
+        let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+            .await
+            .map_err(|_| {
+                BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("{name}: connect"),
+                    "no answer in time",
+                )
+            })?
+            .map_err(|err| {
+                if err.to_string().contains("cluster support disabled") {
+                    // The server's words alone do not say what to do.
+                    BackendError::new(
+                        BackendErrorKind::Other,
+                        format!("{name}: connect"),
+                        format!(
+                            "{err}: the seeds are not nodes of a Redis Cluster; use \
+                             `Locker::connect` (`RedisBackend`) for a single server"
+                        ),
+                    )
+                    .with_source(err)
+                } else {
+                    backend_error(&name, "connect", err)
+                }
+            })?;
+        Ok(ClusterBackend { conn, name })
+    }
+
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        what: &str,
+        keys: &[String],
+        script: (&Script, &str),
+        args: &[&str],
+    ) -> Result<T, LockError> {
+        let (script, source) = script;
+        let command = |name: &str, body: &str| {
+            let mut command = redis::cmd(name);
+            command.arg(body).arg(keys.len()).arg(keys).arg(args);
+            command
+        };
+        let mut conn = self.conn.clone();
+        let reply = match command("EVALSHA", script.get_hash())
+            .query_async(&mut conn)
+            .await
+        {
+            // `Script::invoke_async` would send `SCRIPT LOAD`, which the
+            // cluster client broadcasts to every node and which fails while
+            // any node is down: exactly when a promoted replica needs it.
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                command("EVAL", source).query_async(&mut conn).await
+            }
+            other => other,
+        };
+        reply.map_err(|err| {
+            backend_error(&self.name, &format!("{what} `{}`", keys.join("`, `")), err).into()
+        })
+    }
+}
+
+impl Backend for ClusterBackend {
+    fn acquire<'a>(
+        &'a self,
+        req: AcquireRequest<'a>,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        Box::pin(async move {
+            check_same_slot(req.keys, req.fence_key)?;
+            let mut keys = req.keys.to_vec();
+            keys.extend(req.fence_key.map(str::to_owned));
+            let n = req.keys.len().to_string();
+            let ttl = millis(req.ttl);
+            let reply: Vec<i64> = self
+                .invoke(
+                    "obtain",
+                    &keys,
+                    (&ACQUIRE, ACQUIRE_LUA),
+                    &[req.value, &ttl, &n],
+                )
+                .await?;
+            acquired(&reply, req.fence_key.is_some(), &self.name)
+        })
+    }
+
+    fn refresh<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            check_same_slot(keys, None)?;
+            if token.len() != TOKEN_LEN {
+                return Ok(false);
+            }
+            let args = [token, &millis(ttl)];
+            let done: i64 = self
+                .invoke("refresh", keys, (&REFRESH, REFRESH_LUA), &args)
+                .await?;
+            Ok(done == 1)
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            check_same_slot(keys, None)?;
+            if token.len() != TOKEN_LEN {
+                return Ok(false);
+            }
+            let done: i64 = self
+                .invoke("release", keys, (&RELEASE, RELEASE_LUA), &[token])
+                .await?;
+            Ok(done == 1)
+        })
+    }
+
+    fn remaining<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        Box::pin(async move {
+            check_same_slot(keys, None)?;
+            if token.len() != TOKEN_LEN {
+                return Ok(None);
+            }
+            let remaining: i64 = self
+                .invoke("ttl", keys, (&REMAINING, REMAINING_LUA), &[token])
+                .await?;
+            Ok(pttl(remaining))
+        })
+    }
+}

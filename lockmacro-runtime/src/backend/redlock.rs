@@ -1,0 +1,626 @@
+use std::future::Future;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use redis::Script;
+use tokio::sync::OnceCell;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::redis::{RedisBackend, redact};
+use super::{AcquireRequest, Acquired, Backend, BoxFuture};
+use crate::error::{BackendError, BackendErrorKind};
+use crate::{LockError, RedisConfig};
+
+static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
+
+/// How often a master that could not be reached is tried again; in between,
+/// calls count it as failed at once instead of waiting for it.
+const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The shortest per-master timeout for calls that carry a ttl: below this,
+/// scheduling noise alone fails calls to healthy masters. The validity check
+/// keeps short ttls safe whatever this is.
+const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// Locks on several independent Redis masters, by majority (the Redlock
+/// algorithm of the Redis documentation).
+///
+/// Every call goes to all masters at once, so it costs one round trip of wall
+/// time, not one per master. A lock is held when a majority (`N / 2 + 1`) of
+/// the masters granted it; each master keeps the same key and value as
+/// [`RedisBackend`] would. Masters are plain, unrelated Redis servers (not
+/// replicas of each other, not a cluster); an odd count (3 or 5) tolerates
+/// the most failures for its size.
+///
+/// # Timing
+///
+/// - Each master has a timeout small against the ttl (a tenth of it, at least
+///   50 ms, at most the [response timeout](RedisConfig::response_timeout)), so
+///   a dead or frozen master costs little: the call returns as soon as the
+///   outcome is known.
+/// - The lease is trusted for its *validity*: ttl − elapsed − drift, where
+///   elapsed is counted from when the request was sent and drift (1% of the
+///   ttl plus 2 ms) allows for the masters' clocks running faster than ours.
+///   When the majority's answers arrive after that, the attempt counts as
+///   failed.
+/// - A failed attempt is undone on every master before the next one, which
+///   waits as the [`RetryStrategy`](crate::RetryStrategy) says (exponential
+///   with jitter gives the random delay the algorithm asks for).
+/// - Refresh succeeds when a majority extended the lease; release deletes it
+///   on every master and reports whether a majority still held it.
+///
+/// # Fencing tokens
+///
+/// With fencing on, every master that grants the lock increments its own
+/// counter; the token is the largest counter among the majority that granted,
+/// and it is then written back to each of them (only where the lock is still
+/// held). Any two majorities share a master, so the next holder's token is
+/// larger: **tokens strictly increase as long as no master loses its
+/// counter**. A master restarted without persistence forgets its counter (and
+/// its locks); a later majority that includes it can then mint a token lower
+/// than an earlier one. Where tokens matter, run the masters with
+/// `appendonly yes` and `appendfsync always`. Taking only the largest counter
+/// would not be enough: counters drift apart whenever an attempt fails after
+/// some masters granted it, and the write-back is what makes the shared
+/// master carry the latest token. It costs a second round trip, for fenced
+/// locks only; when it fails on too many masters, the attempt fails like a
+/// refused lock.
+///
+/// # Connecting
+///
+/// [`connect`](Self::connect) succeeds when a majority of the masters can be
+/// reached: enough to take locks. The others are tried again in the course of
+/// later calls, at most once a second, and join as soon as they answer. With
+/// fewer than a majority reachable it fails with [`LockError::Backend`],
+/// naming each master that failed and why.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+/// use lockmacro_runtime::{Locker, RedlockBackend};
+///
+/// let backend = RedlockBackend::connect([
+///     "redis://10.0.0.1:6379/",
+///     "redis://10.0.0.2:6379/",
+///     "redis://10.0.0.3:6379/",
+/// ])
+/// .await?;
+/// assert_eq!(backend.quorum(), 2);
+/// let locker = Locker::new(backend);
+/// # let _ = locker; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedlockBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    masters: Vec<Master>,
+    quorum: usize,
+    config: RedisConfig,
+    /// `redlock 10.0.0.1:6379,10.0.0.2:6379,…`: names it in error messages.
+    name: String,
+}
+
+struct Master {
+    url: String,
+    /// `redis 10.0.0.1:6379`, as `RedisBackend` names it.
+    name: String,
+    backend: OnceCell<RedisBackend>,
+    /// While not connected: when the next connection attempt may start.
+    retry_at: Mutex<Instant>,
+}
+
+impl Inner {
+    /// The connection to master `index`, made now if it was never reached and
+    /// the last attempt is long enough ago. Once made, it reconnects by itself.
+    async fn connection(self: &Arc<Self>, index: usize) -> Result<RedisBackend, LockError> {
+        let master = &self.masters[index];
+        if let Some(backend) = master.backend.get() {
+            return Ok(backend.clone());
+        }
+        {
+            let mut retry_at = master
+                .retry_at
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let now = Instant::now();
+            if now < *retry_at {
+                return Err(BackendError::new(
+                    BackendErrorKind::Unreachable,
+                    format!("{}: connect", master.name),
+                    "not connected: the last attempt failed, the next one starts within a second",
+                )
+                .into());
+            }
+            *retry_at = now + RECONNECT_INTERVAL;
+        }
+        // A task of its own: a call that returns as soon as a majority
+        // answered cancels its requests to slower masters, and would cancel a
+        // connection attempt with them, so that a master that was down would
+        // never join.
+        let inner = self.clone();
+        let connecting = tokio::spawn(async move {
+            let master = &inner.masters[index];
+            let connect = || RedisBackend::connect_with(&master.url, inner.config.clone());
+            master.backend.get_or_try_init(connect).await.cloned()
+        });
+        connecting.await.map_err(|err| {
+            BackendError::new(
+                BackendErrorKind::Other,
+                format!("{}: connect", master.name),
+                err.to_string(),
+            )
+        })?
+    }
+}
+
+/// What one master said.
+enum Answer<Y, N> {
+    /// It did what was asked.
+    Yes(Y),
+    /// It answered, and refused.
+    No(N),
+}
+
+type Reply<Y, N> = (usize, Result<Answer<Y, N>, LockError>);
+
+/// The answers gathered so far, with the index of the master that gave each.
+struct Tally<Y, N> {
+    yes: Vec<(usize, Y)>,
+    no: Vec<(usize, N)>,
+    failed: Vec<LockError>,
+}
+
+impl std::fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockBackend")
+            .field("masters", &self.inner.name)
+            .field("quorum", &self.inner.quorum)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedlockBackend {
+    /// Connects to the masters at `urls` (`redis://[user:password@]host:port/[db]`,
+    /// `rediss://` for TLS) with the default [`RedisConfig`].
+    ///
+    /// Fails with [`LockError::InvalidUrl`] when a URL cannot be parsed, none
+    /// is given, or two name the same server (it would be counted twice
+    /// towards the majority), and with [`LockError::Backend`] when fewer than
+    /// a majority can be reached.
+    pub async fn connect<I, S>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::connect_with(urls, RedisConfig::default()).await
+    }
+
+    /// Connects to the masters at `urls` with `config`, which applies to each
+    /// master.
+    pub async fn connect_with<I, S>(urls: I, config: RedisConfig) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut masters: Vec<Master> = Vec::new();
+        for url in urls {
+            let url = url.as_ref();
+            let invalid = |reason: String| LockError::InvalidUrl {
+                url: redact(url),
+                reason,
+            };
+            let client = redis::Client::open(url).map_err(|err| invalid(err.to_string()))?;
+            let name = format!("redis {}", client.get_connection_info().addr());
+            if masters.iter().any(|master| master.name == name) {
+                return Err(invalid(format!(
+                    "{name} is given twice; each Redlock master must be a separate server"
+                )));
+            }
+            masters.push(Master {
+                url: url.to_owned(),
+                name,
+                backend: OnceCell::new(),
+                retry_at: Mutex::new(Instant::now()),
+            });
+        }
+        if masters.is_empty() {
+            return Err(LockError::InvalidUrl {
+                url: String::new(),
+                reason: "no masters given; pass the URLs of the independent Redis masters".into(),
+            });
+        }
+        let servers: Vec<&str> = masters
+            .iter()
+            .map(|master| master.name.trim_start_matches("redis "))
+            .collect();
+        let name = format!("redlock {}", servers.join(","));
+        let backend = RedlockBackend {
+            inner: Arc::new(Inner {
+                quorum: masters.len() / 2 + 1,
+                masters,
+                config,
+                name,
+            }),
+        };
+        // Each attempt is bounded by the connect and response timeouts.
+        let mut set = backend.spawn(Duration::MAX, "connect", |_| async {
+            Ok(Answer::<(), ()>::Yes(()))
+        });
+        let mut tally = Tally::default();
+        while let Some(reply) = set.join_next().await {
+            tally.add(reply);
+        }
+        if tally.yes.len() < backend.inner.quorum {
+            return Err(backend.no_quorum("connect", &tally).into());
+        }
+        Ok(backend)
+    }
+
+    /// How many masters must agree: a majority of all configured masters,
+    /// whether or not they are reachable.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// The per-master timeout for a call with this ttl.
+    fn node_timeout(&self, ttl: Duration) -> Duration {
+        (ttl / 10)
+            .max(MIN_NODE_TIMEOUT)
+            .min(self.inner.config.response_timeout)
+    }
+
+    /// Runs `op` on every master at once, each bounded by `timeout`.
+    fn spawn<Y, N, F, Fut>(
+        &self,
+        timeout: Duration,
+        what: &'static str,
+        op: F,
+    ) -> JoinSet<Reply<Y, N>>
+    where
+        Y: Send + 'static,
+        N: Send + 'static,
+        F: Fn(RedisBackend) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Answer<Y, N>, LockError>> + Send + 'static,
+    {
+        self.spawn_on(0..self.inner.masters.len(), timeout, what, op)
+    }
+
+    /// Runs `op` on the masters at `indices` at once, each bounded by `timeout`.
+    ///
+    /// Tasks own what they use, so that the call can return before every
+    /// master answered and leave the stragglers running or cancel them.
+    fn spawn_on<Y, N, F, Fut>(
+        &self,
+        indices: impl IntoIterator<Item = usize>,
+        timeout: Duration,
+        what: &'static str,
+        op: F,
+    ) -> JoinSet<Reply<Y, N>>
+    where
+        Y: Send + 'static,
+        N: Send + 'static,
+        F: Fn(RedisBackend) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Answer<Y, N>, LockError>> + Send + 'static,
+    {
+        let op = Arc::new(op);
+        let mut set = JoinSet::new();
+        for index in indices {
+            let inner = self.inner.clone();
+            let op = op.clone();
+            set.spawn(async move {
+                let call = async {
+                    let backend = inner.connection(index).await?;
+                    op(backend).await
+                };
+                let master = &inner.masters[index];
+                let answer = match tokio::time::timeout(timeout, call).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(BackendError::new(
+                        BackendErrorKind::Timeout,
+                        format!("{}: {what}", master.name),
+                        format!("no answer within {timeout:?}"),
+                    )
+                    .into()),
+                };
+                (index, answer)
+            });
+        }
+        set
+    }
+
+    /// Gathers answers until the outcome is known: a majority said yes, or
+    /// no longer can, and either a majority answered (a refusal) or nobody is
+    /// left to answer (a failure). Answers still on their way stay in `set`.
+    async fn tally<Y: Send + 'static, N: Send + 'static>(
+        &self,
+        set: &mut JoinSet<Reply<Y, N>>,
+    ) -> Tally<Y, N> {
+        let quorum = self.inner.quorum;
+        let mut tally = Tally::default();
+        loop {
+            let (yes, pending) = (tally.yes.len(), set.len());
+            let decided = yes >= quorum
+                || (yes + pending < quorum && (tally.answered() >= quorum || pending == 0));
+            if decided {
+                return tally;
+            }
+            match set.join_next().await {
+                Some(reply) => tally.add(reply),
+                None => return tally,
+            }
+        }
+    }
+
+    /// `Ok(true)` when a majority said yes, `Ok(false)` when a majority
+    /// answered but not enough said yes, an error when too few answered.
+    fn verdict<Y, N>(&self, what: &str, tally: &Tally<Y, N>) -> Result<bool, LockError> {
+        if tally.yes.len() >= self.inner.quorum {
+            Ok(true)
+        } else if tally.answered() >= self.inner.quorum {
+            Ok(false)
+        } else {
+            Err(self.no_quorum(what, tally).into())
+        }
+    }
+
+    fn no_quorum<Y, N>(&self, what: &str, tally: &Tally<Y, N>) -> BackendError {
+        let kind = match tally.failed.first() {
+            Some(LockError::Backend(err)) => err.kind(),
+            _ => BackendErrorKind::Other,
+        };
+        let reasons: Vec<String> = tally.failed.iter().map(ToString::to_string).collect();
+        BackendError::new(
+            kind,
+            format!("{}: {what}", self.inner.name),
+            format!(
+                "{} of {} masters answered, a majority ({}) is needed: {}",
+                tally.answered(),
+                self.inner.masters.len(),
+                self.inner.quorum,
+                reasons.join("; "),
+            ),
+        )
+    }
+
+    /// Deletes the lock on every master and waits for each (within the
+    /// timeout): the next attempt reuses the token, and must not be
+    /// overtaken by this cleanup on any master.
+    async fn undo(&self, keys: &Arc<[String]>, token: &str, timeout: Duration) {
+        let mut set = self.spawn(timeout, "release", release_op(keys.clone(), token.into()));
+        while set.join_next().await.is_some() {}
+    }
+
+    /// Writes `fence` back to the fence counter of each master in `granted`,
+    /// where the lock still holds `value`; true when a majority did.
+    async fn raise_fence(
+        &self,
+        granted: Vec<usize>,
+        mut keys: Vec<String>,
+        fence_key: &str,
+        value: &str,
+        fence: u64,
+        timeout: Duration,
+    ) -> Result<bool, LockError> {
+        keys.push(fence_key.to_owned());
+        let keys: Arc<[String]> = keys.into();
+        let args: Arc<[String]> = [value.to_owned(), fence.to_string()].into();
+        let mut set = self.spawn_on(granted, timeout, "fence", move |backend| {
+            let (keys, args) = (keys.clone(), args.clone());
+            async move {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let done: i64 = backend.invoke("fence", &keys, &RAISE_FENCE, &args).await?;
+                Ok(if done == 1 {
+                    Answer::Yes(())
+                } else {
+                    Answer::No(())
+                })
+            }
+        });
+        let tally = self.tally(&mut set).await;
+        // A write-back that lands late still helps the next holder.
+        set.detach_all();
+        self.verdict("fence", &tally)
+    }
+}
+
+impl<Y, N> Default for Tally<Y, N> {
+    fn default() -> Self {
+        Tally {
+            yes: Vec::new(),
+            no: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+}
+
+impl<Y, N> Tally<Y, N> {
+    fn answered(&self) -> usize {
+        self.yes.len() + self.no.len()
+    }
+
+    fn add(&mut self, reply: Result<Reply<Y, N>, tokio::task::JoinError>) {
+        match reply {
+            Ok((index, Ok(Answer::Yes(yes)))) => self.yes.push((index, yes)),
+            Ok((index, Ok(Answer::No(no)))) => self.no.push((index, no)),
+            Ok((_, Err(err))) => self.failed.push(err),
+            // Tasks do not panic and are only cancelled by dropping the set,
+            // after which nothing is gathered; kept as a failure all the same.
+            Err(err) => self.failed.push(
+                BackendError::new(BackendErrorKind::Other, "redlock", err.to_string()).into(),
+            ),
+        }
+    }
+}
+
+fn release_op(
+    keys: Arc<[String]>,
+    token: Arc<str>,
+) -> impl Fn(RedisBackend) -> BoxFuture<'static, Result<Answer<(), ()>, LockError>> + Send + Sync {
+    move |backend| {
+        let (keys, token) = (keys.clone(), token.clone());
+        Box::pin(async move {
+            Ok(if backend.release(&keys, &token).await? {
+                Answer::Yes(())
+            } else {
+                Answer::No(())
+            })
+        })
+    }
+}
+
+impl Backend for RedlockBackend {
+    fn acquire<'a>(
+        &'a self,
+        req: AcquireRequest<'a>,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        Box::pin(async move {
+            let sent = Instant::now();
+            let timeout = self.node_timeout(req.ttl);
+            let keys: Arc<[String]> = req.keys.into();
+            let value: Arc<str> = req.value.into();
+            let fence_key: Option<Arc<str>> = req.fence_key.map(Into::into);
+            let ttl = req.ttl;
+            let mut set = {
+                let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
+                self.spawn(timeout, "obtain", move |backend| {
+                    let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
+                    async move {
+                        let req = AcquireRequest {
+                            keys: &keys,
+                            value: &value,
+                            ttl,
+                            fence_key: fence_key.as_deref(),
+                        };
+                        Ok(match backend.acquire(req).await? {
+                            Acquired::Obtained { fence } => Answer::Yes(fence),
+                            Acquired::Busy { index, remaining } => Answer::No((index, remaining)),
+                        })
+                    }
+                })
+            };
+            let tally = self.tally(&mut set).await;
+            // The masters that have not answered are not waited for. A request
+            // already sent still lands, and a release (or the undo below)
+            // follows it on the same connection. One still waiting for a
+            // connection is cancelled: sent later, when its master comes
+            // back, it would grant a lock that may be released by then.
+            drop(set);
+            let mut outcome = self.verdict("obtain", &tally);
+            let mut fence = None;
+            if let (Ok(true), Some(fence_key)) = (&outcome, &fence_key) {
+                let token = tally
+                    .yes
+                    .iter()
+                    .filter_map(|&(_, fence)| fence)
+                    .max()
+                    .unwrap_or(0);
+                let granted = tally.yes.iter().map(|&(index, _)| index).collect();
+                outcome = self
+                    .raise_fence(granted, keys.to_vec(), fence_key, &value, token, timeout)
+                    .await;
+                fence = Some(token);
+            }
+            let valid = sent.elapsed() + self.drift(ttl) < ttl;
+            match outcome {
+                Ok(true) if valid => return Ok(Acquired::Obtained { fence }),
+                Ok(true) => tracing::debug!(
+                    target: "lockmacro",
+                    elapsed = ?sent.elapsed(),
+                    ?ttl,
+                    "a majority granted the lock after its validity ran out"
+                ),
+                _ => {}
+            }
+            self.undo(&keys, req.token(), timeout).await;
+            outcome?;
+            let (index, remaining) = tally
+                .no
+                .iter()
+                .map(|&(_, busy)| busy)
+                .min_by_key(|&(_, remaining)| remaining.unwrap_or(Duration::MAX))
+                .unwrap_or((0, None));
+            Ok(Acquired::Busy { index, remaining })
+        })
+    }
+
+    fn refresh<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let keys: Arc<[String]> = keys.into();
+            let token: Arc<str> = token.into();
+            let mut set = self.spawn(self.node_timeout(ttl), "refresh", move |backend| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move {
+                    Ok(if backend.refresh(&keys, &token, ttl).await? {
+                        Answer::Yes(())
+                    } else {
+                        Answer::No(())
+                    })
+                }
+            });
+            let tally = self.tally(&mut set).await;
+            // Stragglers extend the lease on more masters; let them.
+            set.detach_all();
+            self.verdict("refresh", &tally)
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let timeout = self.inner.config.response_timeout;
+            let mut set = self.spawn(timeout, "release", release_op(keys.into(), token.into()));
+            let tally = self.tally(&mut set).await;
+            // The token is never used again, so the stragglers can finish
+            // deleting it on their own, however slow their master.
+            set.detach_all();
+            self.verdict("release", &tally)
+        })
+    }
+
+    fn remaining<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        Box::pin(async move {
+            let keys: Arc<[String]> = keys.into();
+            let token: Arc<str> = token.into();
+            let timeout = self.inner.config.response_timeout;
+            let mut set = self.spawn(timeout, "ttl", move |backend| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move {
+                    Ok(match backend.remaining(&keys, &token).await? {
+                        Some(left) => Answer::Yes(left),
+                        None => Answer::No(()),
+                    })
+                }
+            });
+            let tally = self.tally(&mut set).await;
+            if !self.verdict("ttl", &tally)? {
+                return Ok(None);
+            }
+            // The lock lasts while a majority holds it: the quorum-th longest
+            // lease among those that answered.
+            let mut left: Vec<Duration> = tally.yes.iter().map(|&(_, left)| left).collect();
+            left.sort_unstable_by(|a, b| b.cmp(a));
+            Ok(left.get(self.inner.quorum - 1).copied())
+        })
+    }
+
+    /// 1% of the ttl plus 2 ms, as the Redis documentation suggests: the
+    /// masters' clocks may run a little faster than this process's.
+    fn drift(&self, ttl: Duration) -> Duration {
+        ttl / 100 + Duration::from_millis(2)
+    }
+}

@@ -1,0 +1,720 @@
+//! The attribute's arguments: parsed as written (with their spans), then
+//! validated once into a [`Plan`] that code generation cannot get wrong.
+
+use proc_macro2::{Span, TokenTree};
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::spanned::Spanned;
+use syn::{Error, Expr, ExprLit, Ident, Lit, LitBool, LitStr, Path, Token};
+
+use crate::duration::Duration;
+use crate::errors::Errors;
+use crate::key::{Key, Params};
+use crate::policy::{OnBusy, OnLost};
+
+mod kw {
+    syn::custom_keyword!(key);
+    syn::custom_keyword!(keys);
+    syn::custom_keyword!(ttl);
+    syn::custom_keyword!(on_busy);
+    syn::custom_keyword!(wait);
+    syn::custom_keyword!(fair);
+    syn::custom_keyword!(refresh);
+    syn::custom_keyword!(on_lost);
+    syn::custom_keyword!(fence);
+    syn::custom_keyword!(guard);
+    syn::custom_keyword!(locker);
+    syn::custom_keyword!(hold_at_least);
+}
+
+/// One argument as written.
+struct Arg<T> {
+    /// The argument's name: where errors about the argument as a whole go.
+    name: Span,
+    /// Its place in the list, so that a conflict is reported on the later one.
+    position: usize,
+    value: T,
+}
+
+/// The arguments as written, before validation.
+#[derive(Default)]
+pub(crate) struct Args {
+    key: Option<Arg<Expr>>,
+    keys: Option<Arg<Expr>>,
+    ttl: Option<Arg<Expr>>,
+    on_busy: Option<Arg<Expr>>,
+    wait: Option<Arg<Expr>>,
+    fair: Option<Arg<Option<Expr>>>,
+    refresh: Option<Arg<Expr>>,
+    on_lost: Option<Arg<Expr>>,
+    fence: Option<Arg<Option<Expr>>>,
+    guard: Option<Arg<Expr>>,
+    locker: Option<Arg<Expr>>,
+    hold_at_least: Option<Arg<Expr>>,
+    krate: Option<Arg<Expr>>,
+    /// Repeated and unknown arguments do not stop the parse, so that they
+    /// are reported together with every other mistake.
+    errors: Errors,
+}
+
+/// What the arguments ask for, validated: generating code from it cannot fail.
+pub(crate) struct Plan {
+    pub(crate) keys: Vec<Key>,
+    pub(crate) ttl: Duration,
+    pub(crate) on_busy: OnBusy,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) refresh: Option<Duration>,
+    pub(crate) on_lost: OnLost,
+    pub(crate) fence: Fence,
+    pub(crate) guard: Option<Ident>,
+    pub(crate) locker: Option<Expr>,
+    pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) krate: Path,
+}
+
+/// `fence`, `fence = "key"`, or nothing.
+pub(crate) enum Fence {
+    Off,
+    Derived,
+    Key(Key),
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut args = Args::default();
+        let mut position = 0;
+        while !input.is_empty() {
+            position += 1;
+            let lookahead = input.lookahead1();
+            if lookahead.peek(kw::key) {
+                let arg = value::<kw::key, _>(input, position)?;
+                set_once(&mut args.key, "key", arg, &mut args.errors);
+            } else if lookahead.peek(kw::keys) {
+                let arg = value::<kw::keys, _>(input, position)?;
+                set_once(&mut args.keys, "keys", arg, &mut args.errors);
+            } else if lookahead.peek(kw::ttl) {
+                let arg = value::<kw::ttl, _>(input, position)?;
+                set_once(&mut args.ttl, "ttl", arg, &mut args.errors);
+            } else if lookahead.peek(kw::on_busy) {
+                let arg = value::<kw::on_busy, _>(input, position)?;
+                set_once(&mut args.on_busy, "on_busy", arg, &mut args.errors);
+            } else if lookahead.peek(kw::wait) {
+                let arg = value::<kw::wait, _>(input, position)?;
+                set_once(&mut args.wait, "wait", arg, &mut args.errors);
+            } else if lookahead.peek(kw::fair) {
+                let arg = flag::<kw::fair>(input, position)?;
+                set_once(&mut args.fair, "fair", arg, &mut args.errors);
+            } else if lookahead.peek(kw::refresh) {
+                let arg = value::<kw::refresh, _>(input, position)?;
+                set_once(&mut args.refresh, "refresh", arg, &mut args.errors);
+            } else if lookahead.peek(kw::on_lost) {
+                let arg = value::<kw::on_lost, _>(input, position)?;
+                set_once(&mut args.on_lost, "on_lost", arg, &mut args.errors);
+            } else if lookahead.peek(kw::fence) {
+                let arg = flag::<kw::fence>(input, position)?;
+                set_once(&mut args.fence, "fence", arg, &mut args.errors);
+            } else if lookahead.peek(kw::guard) {
+                let arg = value::<kw::guard, _>(input, position)?;
+                set_once(&mut args.guard, "guard", arg, &mut args.errors);
+            } else if lookahead.peek(kw::locker) {
+                let arg = value::<kw::locker, _>(input, position)?;
+                set_once(&mut args.locker, "locker", arg, &mut args.errors);
+            } else if lookahead.peek(kw::hold_at_least) {
+                let arg = value::<kw::hold_at_least, _>(input, position)?;
+                set_once(
+                    &mut args.hold_at_least,
+                    "hold_at_least",
+                    arg,
+                    &mut args.errors,
+                );
+            } else if lookahead.peek(Token![crate]) {
+                let arg = value::<Token![crate], _>(input, position)?;
+                set_once(&mut args.krate, "crate", arg, &mut args.errors);
+            } else if input.peek(Ident::peek_any) {
+                // The rest of the list is still checked, so that this
+                // mistake is reported with the others.
+                args.errors.push(unknown_argument(input, lookahead.error()));
+                skip_argument(input)?;
+            } else {
+                return Err(lookahead.error());
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(args)
+    }
+}
+
+/// `name = value`.
+fn value<K: Parse + Spanned, T: Parse>(input: ParseStream, position: usize) -> syn::Result<Arg<T>> {
+    let name = input.parse::<K>()?.span();
+    input.parse::<Token![=]>()?;
+    let value = input.parse()?;
+    Ok(Arg {
+        name,
+        position,
+        value,
+    })
+}
+
+/// `name` alone, or `name = value`.
+fn flag<K: Parse + Spanned>(input: ParseStream, position: usize) -> syn::Result<Arg<Option<Expr>>> {
+    let name = input.parse::<K>()?.span();
+    let value = if input.peek(Token![=]) {
+        input.parse::<Token![=]>()?;
+        Some(input.parse()?)
+    } else {
+        None
+    };
+    Ok(Arg {
+        name,
+        position,
+        value,
+    })
+}
+
+/// The one place that fills an argument's slot, so that no argument can
+/// check the wrong slot for a repeat.
+fn set_once<T>(slot: &mut Option<Arg<T>>, name: &str, arg: Arg<T>, errors: &mut Errors) {
+    if slot.is_some() {
+        errors.push(Error::new(
+            arg.name,
+            format!("`{name}` is given more than once: remove this one"),
+        ));
+    } else {
+        *slot = Some(arg);
+    }
+}
+
+/// Names the unknown argument, then lists the valid ones.
+fn unknown_argument(input: ParseStream, expected: Error) -> Error {
+    // `parse_any` so that a keyword such as `type` is named too.
+    match input.fork().call(Ident::parse_any) {
+        Ok(ident) => Error::new(
+            ident.span(),
+            format!("unknown argument `{ident}`, {expected}"),
+        ),
+        Err(_) => expected,
+    }
+}
+
+/// Moves past an argument up to the next top-level comma.
+fn skip_argument(input: ParseStream) -> syn::Result<()> {
+    input.step(|cursor| {
+        let mut rest = *cursor;
+        while let Some((token, next)) = rest.token_tree() {
+            if matches!(&token, TokenTree::Punct(punct) if punct.as_char() == ',') {
+                break;
+            }
+            rest = next;
+        }
+        Ok(((), rest))
+    })
+}
+
+impl Args {
+    /// Checks every argument against the others and against the function,
+    /// reporting all the mistakes at once.
+    pub(crate) fn plan(self, params: &Params) -> syn::Result<Plan> {
+        let mut errors = self.errors;
+
+        let keys = match (self.key, self.keys) {
+            (Some(key), Some(keys)) => {
+                let later = if key.position > keys.position {
+                    key.name
+                } else {
+                    keys.name
+                };
+                errors.push(Error::new(
+                    later,
+                    "`key` and `keys` cannot both be given: put every key in `keys = [\"…\", \"…\"]`",
+                ));
+                None
+            }
+            (Some(key), None) => errors
+                .ok(Key::parse(key.value, params))
+                .map(|key| vec![key]),
+            (None, Some(keys)) => errors.ok(parse_keys(keys, params)),
+            (None, None) => {
+                errors.push(Error::new(
+                    Span::call_site(),
+                    "missing `key`: add the name of the lock, as in `key = \"user:{u.id}\"`",
+                ));
+                None
+            }
+        };
+
+        let ttl = match self.ttl {
+            Some(ttl) => errors.ok(Duration::parse("ttl", ttl.value)),
+            None => {
+                errors.push(Error::new(
+                    Span::call_site(),
+                    "missing `ttl`: add how long the lock lives without a refresh, as in `ttl = \"30s\"`",
+                ));
+                None
+            }
+        };
+
+        let on_busy = match self.on_busy {
+            Some(arg) => errors.ok(OnBusy::parse(&arg.value)),
+            None => Some(OnBusy::Auto),
+        };
+        let on_lost = match self.on_lost {
+            Some(arg) => errors.ok(OnLost::parse(&arg.value)),
+            None => Some(OnLost::Abort),
+        };
+
+        let wait = optional_duration(&mut errors, "wait", self.wait);
+        let refresh = match self.refresh {
+            Some(arg) => {
+                let span = arg.value.span();
+                let refresh = errors.ok(Duration::parse("refresh", arg.value));
+                if let (Some(refresh), Some(ttl)) = (&refresh, &ttl) {
+                    errors.check(check_refresh(refresh, ttl, span));
+                }
+                refresh.map(Some)
+            }
+            None => Some(None),
+        };
+        let hold_at_least = optional_duration(&mut errors, "hold_at_least", self.hold_at_least);
+
+        // Only `fair = false` is accepted, and it changes nothing.
+        if let Some(arg) = self.fair {
+            errors.check(parse_fair(arg));
+        }
+
+        let fence = match self.fence {
+            None => Some(Fence::Off),
+            Some(Arg { value: None, .. }) => Some(Fence::Derived),
+            Some(Arg {
+                value: Some(value), ..
+            }) => errors.ok(parse_fence(value, params)),
+        };
+
+        let guard = match self.guard {
+            Some(arg) => errors.ok(parse_guard(arg.value)).map(Some),
+            None => Some(None),
+        };
+
+        let krate = match self.krate {
+            Some(arg) => errors.ok(parse_crate(&arg.value)),
+            None => Some(syn::parse_quote!(::lockmacro_runtime)),
+        };
+
+        errors.finish()?;
+        // `Errors::ok` records an error for every `None`, so `finish` has
+        // already returned unless all of these are there.
+        let (
+            Some(keys),
+            Some(ttl),
+            Some(on_busy),
+            Some(on_lost),
+            Some(wait),
+            Some(refresh),
+            Some(hold_at_least),
+            Some(fence),
+            Some(guard),
+            Some(krate),
+        ) = (
+            keys,
+            ttl,
+            on_busy,
+            on_lost,
+            wait,
+            refresh,
+            hold_at_least,
+            fence,
+            guard,
+            krate,
+        )
+        else {
+            unreachable!("an argument failed validation without an error");
+        };
+        Ok(Plan {
+            keys,
+            ttl,
+            on_busy,
+            wait,
+            refresh,
+            on_lost,
+            fence,
+            guard,
+            locker: self.locker.map(|arg| arg.value),
+            hold_at_least,
+            krate,
+        })
+    }
+}
+
+/// `Some(None)` when the argument is absent, `None` when it is invalid.
+fn optional_duration(
+    errors: &mut Errors,
+    name: &str,
+    arg: Option<Arg<Expr>>,
+) -> Option<Option<Duration>> {
+    match arg {
+        Some(arg) => errors.ok(Duration::parse(name, arg.value)).map(Some),
+        None => Some(None),
+    }
+}
+
+fn parse_keys(keys: Arg<Expr>, params: &Params) -> syn::Result<Vec<Key>> {
+    let Expr::Array(array) = keys.value else {
+        return Err(Error::new_spanned(
+            keys.value,
+            "`keys` takes a list, as in `keys = [\"account:{from}\", \"account:{to}\"]`; for one key write `key = \"…\"`",
+        ));
+    };
+    if array.elems.is_empty() {
+        return Err(Error::new_spanned(
+            array,
+            "`keys` is empty: list the keys to lock, as in `keys = [\"account:{from}\", \"account:{to}\"]`",
+        ));
+    }
+    let mut errors = Errors::default();
+    let keys: Vec<Key> = array
+        .elems
+        .into_iter()
+        .filter_map(|elem| errors.ok(Key::parse(elem, params)))
+        .collect();
+    errors.finish()?;
+    Ok(keys)
+}
+
+fn check_refresh(refresh: &Duration, ttl: &Duration, span: Span) -> syn::Result<()> {
+    match (refresh.millis(), ttl.millis()) {
+        (Some(refresh), Some(ttl)) if refresh >= ttl => Err(Error::new(
+            span,
+            format!(
+                "`refresh` must be shorter than `ttl` ({}), or the lease can expire before it is renewed: write a shorter period, such as `refresh = \"{}\"`, or remove `refresh` to renew every third of `ttl`",
+                crate::duration::display(ttl.into()),
+                crate::duration::display((ttl / 3).max(1).into()),
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn parse_fair(arg: Arg<Option<Expr>>) -> syn::Result<()> {
+    let fair = match arg.value {
+        None => true,
+        Some(Expr::Lit(ExprLit {
+            lit: Lit::Bool(LitBool { value, .. }),
+            ..
+        })) => value,
+        Some(other) => {
+            return Err(Error::new_spanned(
+                other,
+                "`fair` is `true` or `false`: write `fair = true`",
+            ));
+        }
+    };
+    if fair {
+        return Err(Error::new(
+            arg.name,
+            "`fair = true` is not available in this version: waiters retry with jittered backoff, in no set order; remove `fair`",
+        ));
+    }
+    Ok(())
+}
+
+fn parse_fence(value: Expr, params: &Params) -> syn::Result<Fence> {
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Bool(_), ..
+    }) = value
+    {
+        return Err(Error::new_spanned(
+            value,
+            "`fence` takes no `true` or `false`: write `fence` alone, or `fence = \"key\"` to name the counter",
+        ));
+    }
+    Key::parse(value, params).map(Fence::Key)
+}
+
+fn parse_guard(value: Expr) -> syn::Result<Ident> {
+    if let Expr::Path(path) = &value
+        && let Some(ident) = path.path.get_ident()
+    {
+        return Ok(ident.clone());
+    }
+    let instead = match &value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) if syn::parse_str::<Ident>(&lit.value()).is_ok() => {
+            format!("write `guard = {}`, without quotes", lit.value())
+        }
+        _ => "write a variable name, as in `guard = lock`".to_owned(),
+    };
+    Err(Error::new_spanned(
+        value,
+        format!("`guard` names the variable the guard is bound to: {instead}"),
+    ))
+}
+
+fn parse_crate(value: &Expr) -> syn::Result<Path> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => parse_crate_path(lit),
+        other => Err(Error::new_spanned(
+            other,
+            "`crate` takes a path in a string, as in `crate = \"::my_app::lockmacro_runtime\"`",
+        )),
+    }
+}
+
+fn parse_crate_path(lit: &LitStr) -> syn::Result<Path> {
+    lit.parse_with(Path::parse_mod_style).map_err(|_| {
+        Error::new(
+            lit.span(),
+            format!(
+                "`crate = {:?}` is not a path: write the path to the runtime crate, as in `crate = \"::my_app::lockmacro_runtime\"`",
+                lit.value()
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proc_macro2::TokenStream;
+    use quote::quote;
+    use syn::{Signature, parse_quote};
+
+    fn plan(args: TokenStream) -> syn::Result<Plan> {
+        let sig: Signature = parse_quote!(async fn transfer(&self, from: u64, to: u64));
+        syn::parse2::<Args>(args)?.plan(&Params::of(&sig))
+    }
+
+    /// Every message, in order.
+    fn errors(args: TokenStream) -> Vec<String> {
+        match plan(args) {
+            Ok(_) => panic!("expected an error"),
+            Err(err) => err.into_iter().map(|err| err.to_string()).collect(),
+        }
+    }
+
+    fn error(args: TokenStream) -> String {
+        let errors = errors(args);
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        errors.into_iter().next().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_smallest_attribute() {
+        let plan = plan(quote!(key = "user:{from}", ttl = "30s")).unwrap();
+        assert_eq!(plan.keys.len(), 1);
+        assert_eq!(plan.ttl.millis(), Some(30_000));
+        assert!(matches!(plan.on_busy, OnBusy::Auto));
+        assert!(plan.on_lost == OnLost::Abort);
+        assert!(matches!(plan.fence, Fence::Off));
+        assert!(plan.wait.is_none() && plan.refresh.is_none() && plan.hold_at_least.is_none());
+        assert!(plan.guard.is_none() && plan.locker.is_none());
+        let krate = &plan.krate;
+        assert_eq!(
+            quote!(#krate).to_string(),
+            quote!(::lockmacro_runtime).to_string()
+        );
+    }
+
+    #[test]
+    fn every_argument() {
+        let plan = plan(quote!(
+            keys = ["a:{from}", "a:{to}"],
+            ttl = "1m",
+            on_busy = "skip",
+            wait = "10s",
+            fair = false,
+            refresh = "20s",
+            on_lost = "continue",
+            fence = "f:{from}",
+            guard = lock,
+            locker = self.locker,
+            hold_at_least = "5m",
+            crate = "::app::locks",
+        ))
+        .unwrap();
+        assert_eq!(plan.keys.len(), 2);
+        assert!(matches!(plan.on_busy, OnBusy::Skip));
+        assert_eq!(plan.wait.and_then(|wait| wait.millis()), Some(10_000));
+        assert_eq!(
+            plan.refresh.and_then(|refresh| refresh.millis()),
+            Some(20_000)
+        );
+        assert!(plan.on_lost == OnLost::Continue);
+        assert!(matches!(plan.fence, Fence::Key(_)));
+        assert_eq!(
+            plan.guard.map(|guard| guard.to_string()).as_deref(),
+            Some("lock")
+        );
+        assert!(plan.locker.is_some());
+        assert_eq!(
+            plan.hold_at_least.and_then(|hold| hold.millis()),
+            Some(300_000)
+        );
+        let krate = &plan.krate;
+        assert_eq!(quote!(#krate).to_string(), quote!(::app::locks).to_string());
+    }
+
+    #[test]
+    fn flags_and_trailing_comma() {
+        let plan = plan(quote!(
+            key = "k",
+            ttl = "1s",
+            fence,
+            wait = "1s",
+            fair = false,
+        ))
+        .unwrap();
+        assert!(matches!(plan.fence, Fence::Derived));
+    }
+
+    #[test]
+    fn unknown_argument_lists_the_valid_ones() {
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", timeout = "5s")),
+            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `crate`"
+        );
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", type = "x")),
+            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `crate`"
+        );
+    }
+
+    #[test]
+    fn not_an_argument() {
+        assert_eq!(
+            error(quote!("k")),
+            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `crate`"
+        );
+        assert_eq!(error(quote!(key "k")), "expected `=`");
+        assert_eq!(error(quote!(key = "k" ttl = "1s")), "expected `,`");
+    }
+
+    #[test]
+    fn repeated_argument() {
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", ttl = "2s")),
+            "`ttl` is given more than once: remove this one"
+        );
+    }
+
+    #[test]
+    fn missing_arguments() {
+        assert_eq!(
+            errors(quote!()),
+            [
+                "missing `key`: add the name of the lock, as in `key = \"user:{u.id}\"`",
+                "missing `ttl`: add how long the lock lives without a refresh, as in `ttl = \"30s\"`",
+            ]
+        );
+    }
+
+    #[test]
+    fn key_and_keys() {
+        assert_eq!(
+            error(quote!(key = "k", keys = ["a"], ttl = "1s")),
+            "`key` and `keys` cannot both be given: put every key in `keys = [\"…\", \"…\"]`"
+        );
+    }
+
+    #[test]
+    fn keys_must_be_a_list() {
+        assert_eq!(
+            error(quote!(keys = "a:{from}", ttl = "1s")),
+            "`keys` takes a list, as in `keys = [\"account:{from}\", \"account:{to}\"]`; for one key write `key = \"…\"`"
+        );
+        assert_eq!(
+            error(quote!(keys = [], ttl = "1s")),
+            "`keys` is empty: list the keys to lock, as in `keys = [\"account:{from}\", \"account:{to}\"]`"
+        );
+        assert_eq!(
+            errors(quote!(keys = ["", "a:{nope}"], ttl = "1s")),
+            [
+                "empty key: write the name of the lock, as in `\"user:{u.id}\"`",
+                "`nope` in key is not a parameter of `transfer`: use one of `self`, `from`, `to`",
+            ]
+        );
+    }
+
+    #[test]
+    fn refresh_must_be_shorter_than_ttl() {
+        assert_eq!(
+            error(quote!(key = "k", ttl = "30s", refresh = "30s")),
+            "`refresh` must be shorter than `ttl` (30s), or the lease can expire before it is renewed: write a shorter period, such as `refresh = \"10s\"`, or remove `refresh` to renew every third of `ttl`"
+        );
+        assert!(plan(quote!(key = "k", ttl = "30s", refresh = "29s")).is_ok());
+        assert!(plan(quote!(key = "k", ttl = self.ttl, refresh = "1h")).is_ok());
+    }
+
+    #[test]
+    fn fair() {
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", wait = "1s", fair = true)),
+            "`fair = true` is not available in this version: waiters retry with jittered backoff, in no set order; remove `fair`"
+        );
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", wait = "1s", fair = "yes")),
+            "`fair` is `true` or `false`: write `fair = true`"
+        );
+    }
+
+    #[test]
+    fn fence() {
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", fence = true)),
+            "`fence` takes no `true` or `false`: write `fence` alone, or `fence = \"key\"` to name the counter"
+        );
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", fence = "")),
+            "empty key: write the name of the lock, as in `\"user:{u.id}\"`"
+        );
+    }
+
+    #[test]
+    fn guard() {
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", guard = "lock")),
+            "`guard` names the variable the guard is bound to: write `guard = lock`, without quotes"
+        );
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", guard = self.lock)),
+            "`guard` names the variable the guard is bound to: write a variable name, as in `guard = lock`"
+        );
+    }
+
+    #[test]
+    fn crate_path() {
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", crate = "not a path")),
+            "`crate = \"not a path\"` is not a path: write the path to the runtime crate, as in `crate = \"::my_app::lockmacro_runtime\"`"
+        );
+        assert_eq!(
+            error(quote!(key = "k", ttl = "1s", crate = ::rt)),
+            "`crate` takes a path in a string, as in `crate = \"::my_app::lockmacro_runtime\"`"
+        );
+    }
+
+    #[test]
+    fn every_mistake_at_once() {
+        assert_eq!(
+            errors(quote!(
+                key = "{nope}",
+                ttl = "0s",
+                on_busy = "maybe",
+                tll = "1s",
+                wait = 5
+            )),
+            [
+                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `crate`",
+                "`nope` in key is not a parameter of `transfer`: use one of `self`, `from`, `to`",
+                "`ttl` cannot be zero: write a positive duration, as in `ttl = \"30s\"`",
+                "unknown `on_busy` value \"maybe\": write `on_busy = \"error\"` or `on_busy = \"skip\"`",
+                "a number alone has no unit: write `wait = \"5s\"` or `wait = \"5ms\"`",
+            ]
+        );
+    }
+}

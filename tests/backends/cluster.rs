@@ -1,0 +1,499 @@
+//! `ClusterBackend` against a real Redis Cluster of three masters with a
+//! replica each, a fresh one per test.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lockmacro_runtime::{
+    BackendErrorKind, ClusterBackend, LockError, Locker, ObtainOptions, RedisConfig,
+};
+use tokio::time::Instant;
+
+use crate::support::RedisServer;
+use crate::support::cluster::RedisCluster;
+use crate::witness;
+
+const LONG: Duration = Duration::from_secs(30);
+
+async fn start() -> RedisCluster {
+    tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
+}
+
+async fn locker(cluster: &RedisCluster) -> Locker {
+    match Locker::cluster(cluster.seeds()).await {
+        Ok(locker) => locker,
+        Err(err) => cluster.fail(format_args!("connect: {err}")),
+    }
+}
+
+/// Unwraps `result`, or panics with `what`, the error and every node's log.
+#[track_caller]
+fn ok<T>(cluster: &RedisCluster, result: Result<T, LockError>, what: &str) -> T {
+    result.unwrap_or_else(|err| cluster.fail(format_args!("{what}: {err}")))
+}
+
+/// `(calls + rejected calls + failed calls)` of `EVAL` and `EVALSHA` on `node`:
+/// whether a script was sent to it at all, accepted or not.
+fn script_commands(node: &RedisServer) -> u64 {
+    let stats: String = node.cmd(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_eval"))
+        .flat_map(|line| line.split(':').nth(1).unwrap_or_default().split(','))
+        .filter_map(|field| {
+            let (name, value) = field.split_once('=')?;
+            matches!(name, "calls" | "rejected_calls" | "failed_calls")
+                .then(|| value.parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+/// How often `node` answered with the error `kind` (`MOVED`, `ASK`).
+fn errors_answered(node: &RedisServer, kind: &str) -> u64 {
+    let stats: String = node.cmd(&["INFO", "errorstats"]);
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("errorstat_{kind}:count=")))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `GET key` on `node` with `ASKING` first, which a node importing the key's
+/// slot needs to answer for it.
+fn get_asking(node: &RedisServer, key: &str) -> Option<String> {
+    let mut conn = node.connection();
+    let () = node.expect_ok(redis::cmd("ASKING").query(&mut conn), "ASKING");
+    node.expect_ok(redis::cmd("GET").arg(key).query(&mut conn), "GET")
+}
+
+/// Another master than `master`.
+fn other_master(cluster: &RedisCluster, master: usize) -> usize {
+    (0..3)
+        .map(|shift| cluster.master_of_slot([0, 8000, 16000][shift]))
+        .find(|&index| index != master)
+        .expect("three masters")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_starts_three_masters_with_a_replica_each_in_seconds() {
+    let started = std::time::Instant::now();
+    let cluster = start().await;
+    let took = started.elapsed();
+    assert_eq!(cluster.nodes().len(), 6);
+    let masters: Vec<usize> = [0, 8000, 16000]
+        .into_iter()
+        .map(|slot| cluster.master_of_slot(slot))
+        .collect();
+    for &master in &masters {
+        let replica = cluster.replica_of(master);
+        assert!(!masters.contains(&replica), "{replica} is a master");
+    }
+    assert!(
+        took < Duration::from_secs(10),
+        "the cluster took {took:?} to start"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_witness_loses_no_update() {
+    let cluster = start().await;
+    let counter = RedisServer::start();
+    let mut lockers = Vec::new();
+    for _ in 0..witness::TASKS {
+        lockers.push(locker(&cluster).await);
+    }
+    let total = witness::increments(lockers, &counter, Duration::from_secs(10)).await;
+    assert_eq!(total, (witness::TASKS * witness::ROUNDS) as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_in_different_slots_are_refused_before_anything_is_sent() {
+    let cluster = start().await;
+    let locker = locker(&cluster).await;
+    assert_ne!(cluster.slot("account:1"), cluster.slot("account:2"));
+    let sent_before: Vec<u64> = cluster.nodes().iter().map(script_commands).collect();
+
+    let err = locker
+        .obtain_many(["account:1", "account:2"], LONG, ObtainOptions::new())
+        .await
+        .unwrap_err();
+    let LockError::InvalidKey { key, reason } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(key, "account:2");
+    let message = err.to_string();
+    for part in ["`account:1`", "`account:2`", "slot", "hash tag", "{tag}"] {
+        assert!(message.contains(part), "{part:?} missing from: {message}");
+    }
+    assert!(reason.contains("keys locked together"), "{reason}");
+
+    let err = locker
+        .obtain(
+            "report",
+            LONG,
+            ObtainOptions::new().fence_key("report-fence"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidKey { key, reason }
+            if key == "report-fence" && reason.contains("a lock and its fence key")),
+        "{err:?}"
+    );
+
+    let sent_after: Vec<u64> = cluster.nodes().iter().map(script_commands).collect();
+    assert_eq!(sent_before, sent_after, "a refused call reached a node");
+    // The refused keys were not taken.
+    ok(
+        &cluster,
+        locker.obtain("account:1", LONG, ObtainOptions::new()).await,
+        "account:1 is free",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_sharing_a_hash_tag_are_taken_together() {
+    let cluster = start().await;
+    let (a, b) = (locker(&cluster).await, locker(&cluster).await);
+
+    // The suite's multi-key cases, with keys that share a slot.
+    let held = ok(
+        &cluster,
+        a.obtain("{acct}:2", LONG, ObtainOptions::new()).await,
+        "hold {acct}:2",
+    );
+    let err = b
+        .obtain_many(
+            ["{acct}:1", "{acct}:2", "{acct}:3"],
+            LONG,
+            ObtainOptions::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::NotObtained { key } if key == "{acct}:2"),
+        "{err:?}"
+    );
+    ok(&cluster, held.release().await, "release {acct}:2");
+    let all = ok(
+        &cluster,
+        b.obtain_many(
+            ["{acct}:1", "{acct}:2", "{acct}:3"],
+            LONG,
+            ObtainOptions::new().fence_key("{acct}:fence"),
+        )
+        .await,
+        "all three",
+    );
+    assert_eq!(all.fence_token(), Some(1));
+    ok(&cluster, all.refresh(LONG).await, "refresh all");
+    ok(&cluster, all.release().await, "release all");
+
+    // A hash tag in the namespace puts every key of the locker in one slot.
+    let billing = a.with_namespace("{billing}");
+    let first = ok(
+        &cluster,
+        billing
+            .obtain_many(["x", "y"], LONG, ObtainOptions::new().fence_key("shared"))
+            .await,
+        "x and y in {billing}",
+    );
+    let second = ok(
+        &cluster,
+        billing
+            .obtain("z", LONG, ObtainOptions::new().fence_key("shared"))
+            .await,
+        "z in {billing}",
+    );
+    assert_eq!(
+        (first.fence_token(), second.fence_token()),
+        (Some(1), Some(2))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_redirection_is_followed() {
+    let cluster = start().await;
+    // Connected before the slot moves: its slot map is stale afterwards.
+    let locker = locker(&cluster).await;
+    let slot = cluster.slot("job").to_string();
+    let source = cluster.master_for("job");
+    let target = other_master(&cluster, source);
+    let (source_id, target_id) = (cluster.node_id(source), cluster.node_id(target));
+    // The slot is empty, so moving it needs no MIGRATE; the importing node
+    // bumps its epoch when it takes the slot, and the others learn it by gossip.
+    let (source_node, target_node) = (cluster.node(source), cluster.node(target));
+    let () = target_node.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
+    let () = source_node.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    let () = target_node.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    let () = source_node.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    let moved_before = errors_answered(source_node, "MOVED");
+
+    let lock = ok(
+        &cluster,
+        locker
+            .obtain("job", LONG, ObtainOptions::new().fence())
+            .await,
+        "obtain after the slot moved",
+    );
+    assert!(
+        errors_answered(source_node, "MOVED") > moved_before,
+        "the old owner sent no MOVED"
+    );
+    let value: Option<String> = target_node.cmd(&["GET", "job"]);
+    assert!(
+        value.is_some_and(|value| value.starts_with(lock.token())),
+        "the lock is not on the new owner"
+    );
+    assert_eq!(lock.fence_token(), Some(1));
+    ok(&cluster, lock.refresh(LONG).await, "refresh");
+    ok(&cluster, lock.release().await, "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_redirection_is_followed_during_a_migration() {
+    let cluster = start().await;
+    let (a, b) = (locker(&cluster).await, locker(&cluster).await);
+    let slot = cluster.slot("job").to_string();
+    let source = cluster.master_for("job");
+    let target = other_master(&cluster, source);
+    let (source_id, target_id) = (cluster.node_id(source), cluster.node_id(target));
+    let (source_node, target_node) = (cluster.node(source), cluster.node(target));
+    // Half-way through a migration: keys the source no longer has are asked
+    // for on the target.
+    let () = target_node.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
+    let () = source_node.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    let asked_before = errors_answered(source_node, "ASK");
+
+    let lock = ok(
+        &cluster,
+        a.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain during the migration",
+    );
+    assert!(
+        errors_answered(source_node, "ASK") > asked_before,
+        "the source sent no ASK"
+    );
+    assert!(
+        get_asking(target_node, "job").is_some_and(|value| value.starts_with(lock.token())),
+        "the lock is not on the importing node"
+    );
+    let busy = b
+        .obtain("job", LONG, ObtainOptions::new())
+        .await
+        .unwrap_err();
+    assert!(busy.is_not_obtained(), "{busy:?}");
+    ok(&cluster, lock.refresh(LONG).await, "refresh");
+    ok(&cluster, lock.release().await, "release");
+    assert_eq!(get_asking(target_node, "job"), None);
+
+    // The migration ends; the slot map catches up through MOVED.
+    let () = target_node.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    let () = source_node.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    let again = ok(
+        &cluster,
+        b.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain after the migration",
+    );
+    ok(
+        &cluster,
+        again.release().await,
+        "release after the migration",
+    );
+}
+
+/// Retries `op` on backend errors, which are expected while the cluster
+/// reconfigures, until it gives another answer or `within` passes.
+async fn settled<T, F, Fut>(within: Duration, mut op: F) -> Result<T, LockError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, LockError>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match op().await {
+            Err(LockError::Backend(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failover_keeps_a_replicated_lock_and_lockers_carry_on() {
+    let cluster = start().await;
+    let (a, b) = (locker(&cluster).await, locker(&cluster).await);
+    let lock = ok(
+        &cluster,
+        a.obtain("job", LONG, ObtainOptions::new().fence()).await,
+        "obtain",
+    );
+    let master = cluster.master_for("job");
+    // Replication is asynchronous: only a lock the replica has received can
+    // survive the master (see `ClusterBackend`'s docs).
+    let acked: i64 = cluster.node(master).cmd(&["WAIT", "1", "5000"]);
+    assert_eq!(acked, 1, "the replica did not acknowledge the lock");
+
+    // A workload with a key on each master runs through the failover.
+    let mut keys: Vec<String> = Vec::new();
+    for shard in [0, 8000, 16000].map(|slot| cluster.master_of_slot(slot)) {
+        let key = (0..)
+            .map(|i| format!("w:{i}"))
+            .find(|key| cluster.master_for(key) == shard)
+            .expect("some key lands on every master");
+        keys.push(key);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let workload = {
+        let (locker, keys, stop) = (locker(&cluster).await, keys.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut log = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                for key in &keys {
+                    let result = match locker.obtain(key, LONG, ObtainOptions::new()).await {
+                        Ok(lock) => lock.release().await,
+                        Err(err) => Err(err),
+                    };
+                    log.push((Instant::now(), key.clone(), result.is_ok()));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            log
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut cluster = cluster;
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.fail_over(master);
+        cluster
+    })
+    .await
+    .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+    let failed_over = Instant::now();
+
+    // The replica had the lock: nobody else gets it, its owner keeps it.
+    let busy = settled(Duration::from_secs(10), || {
+        b.obtain("job", LONG, ObtainOptions::new())
+    })
+    .await;
+    assert!(
+        matches!(&busy, Err(err) if err.is_not_obtained()),
+        "after the failover: {busy:?}"
+    );
+    ok(
+        &cluster,
+        settled(Duration::from_secs(10), || lock.refresh(LONG)).await,
+        "refresh after the failover",
+    );
+    let fence = lock.fence_token().expect("fenced");
+    ok(&cluster, lock.release().await, "release after the failover");
+    let next = ok(
+        &cluster,
+        b.obtain("job", LONG, ObtainOptions::new().fence()).await,
+        "obtain after the release",
+    );
+    assert!(
+        next.fence_token().expect("fenced") > fence,
+        "the fence counter went back"
+    );
+
+    // The workload carried on, on every master's keys, once the new master
+    // was known.
+    let carried_on = |log: &[(Instant, String, bool)]| {
+        keys.iter().all(|key| {
+            log.iter()
+                .any(|(at, done, ok)| done == key && *ok && *at > failed_over)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    let log = workload
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+    if !carried_on(&log) {
+        let failures = log.iter().filter(|(_, _, ok)| !ok).count();
+        cluster.fail(format_args!(
+            "the workload did not lock every key after the failover ({failures} failures in {} \
+             attempts)",
+            log.len(),
+        ));
+    }
+}
+
+#[tokio::test]
+async fn unreachable_seed_fails_in_bounded_time() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let start = Instant::now();
+    let err = Locker::cluster([format!("redis://127.0.0.1:{port}/")])
+        .await
+        .unwrap_err();
+    let LockError::Backend(backend) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Unreachable, "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn silent_seed_times_out_in_bounded_time() {
+    // Accepts connections and never answers, like a black-holed host.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}/", listener.local_addr().unwrap());
+    let config = RedisConfig::default()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300));
+    let start = Instant::now();
+    let err = ClusterBackend::connect_with([url], config)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(listener);
+}
+
+#[tokio::test]
+async fn a_server_outside_any_cluster_is_refused_with_the_reason() {
+    let server = RedisServer::start();
+    let err = Locker::cluster([server.url()]).await.unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("cluster support disabled"), "{message}");
+    assert!(message.contains("Locker::connect"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dead_seed_among_live_ones_is_skipped() {
+    let cluster = start().await;
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut seeds = vec![format!("redis://127.0.0.1:{port}/")];
+    seeds.push(cluster.node(1).url());
+    let locker = ok(&cluster, Locker::cluster(&seeds).await, "connect");
+    ok(
+        &cluster,
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain",
+    );
+}

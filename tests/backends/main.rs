@@ -1,0 +1,11 @@
+//! What only the cluster and multi-master backends can show: keys that must
+//! share a hash slot, redirections, a failover, a majority of masters, and
+//! mutual exclusion while nodes fail. The behaviours every backend shares run
+//! in `tests/runtime` (`on_cluster`, `on_redlock`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cluster;
+mod redlock;
+mod witness;

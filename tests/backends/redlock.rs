@@ -1,0 +1,439 @@
+//! `RedlockBackend` against independent `redis-server` masters, some of them
+//! killed, frozen or restarted.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use lockmacro_runtime::{
+    BackendErrorKind, LockError, Locker, ObtainOptions, RedisConfig, RedlockBackend,
+};
+use tokio::time::Instant;
+
+use crate::support::RedisServer;
+use crate::witness;
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn urls(masters: &[RedisServer]) -> Vec<String> {
+    masters.iter().map(RedisServer::url).collect()
+}
+
+/// Panics with `what`, the error and the log of every master.
+#[track_caller]
+fn fail(masters: &[RedisServer], what: impl std::fmt::Display) -> ! {
+    let logs: Vec<String> = masters
+        .iter()
+        .map(|master| {
+            format!(
+                "--- log of master on port {} ---\n{}",
+                master.port(),
+                master.log().trim_end()
+            )
+        })
+        .collect();
+    panic!("{what}\n{}\n--- end of logs ---", logs.join("\n"))
+}
+
+#[track_caller]
+fn ok<T>(masters: &[RedisServer], result: Result<T, LockError>, what: &str) -> T {
+    result.unwrap_or_else(|err| fail(masters, format_args!("{what}: {err}")))
+}
+
+async fn locker(masters: &[RedisServer]) -> Locker {
+    ok(masters, Locker::redlock(urls(masters)).await, "connect")
+}
+
+/// A locker whose calls to a frozen master give up soon.
+async fn impatient_locker(masters: &[RedisServer]) -> Locker {
+    let config = RedisConfig::default()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500));
+    let backend = RedlockBackend::connect_with(urls(masters), config).await;
+    Locker::new(ok(masters, backend, "connect"))
+}
+
+/// Which masters hold `key` with a value that starts with `token`.
+fn holders(masters: &[RedisServer], key: &str, token: &str) -> Vec<bool> {
+    masters
+        .iter()
+        .map(|master| {
+            master
+                .cmd::<Option<String>>(&["GET", key])
+                .is_some_and(|value| value.starts_with(token))
+        })
+        .collect()
+}
+
+/// Waits up to 5 s for `done`, for what follows a call that returned once a
+/// majority answered.
+async fn eventually(masters: &[RedisServer], what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        if Instant::now() > deadline {
+            fail(masters, format_args!("not within 5 s: {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn free_url() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("redis://127.0.0.1:{port}/")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_witness_loses_no_update() {
+    let masters = RedisServer::start_many(5);
+    let counter = RedisServer::start();
+    let mut lockers = Vec::new();
+    for _ in 0..witness::TASKS {
+        lockers.push(locker(&masters).await);
+    }
+    let total = witness::increments(lockers, &counter, Duration::from_secs(10)).await;
+    assert_eq!(total, (witness::TASKS * witness::ROUNDS) as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_is_the_same_plain_key_on_every_master() {
+    let masters = RedisServer::start_many(3);
+    let locker = locker(&masters).await;
+    let lock = ok(
+        &masters,
+        locker
+            .obtain("job", LONG, ObtainOptions::new().metadata("host-a"))
+            .await,
+        "obtain",
+    );
+    // The call returns once a majority granted it.
+    let granted: Vec<&RedisServer> = masters
+        .iter()
+        .filter(|master| master.cmd::<bool>(&["EXISTS", "job"]))
+        .collect();
+    assert!(granted.len() >= 2, "held on {} of 3 masters", granted.len());
+    for master in granted {
+        let value: String = master.cmd(&["GET", "job"]);
+        assert_eq!(value, format!("{}host-a", lock.token()));
+        let pttl: i64 = master.cmd(&["PTTL", "job"]);
+        assert!(pttl > 20_000 && pttl <= 30_000, "{pttl}");
+    }
+    ok(&masters, lock.release().await, "release");
+    // Likewise the release; the last master follows.
+    eventually(&masters, "the key is gone everywhere", || {
+        holders(&masters, "job", "") == [false; 3]
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_with_two_of_five_masters_down() {
+    let mut masters = RedisServer::start_many(5);
+    let (a, b) = (locker(&masters).await, locker(&masters).await);
+    masters[1].stop();
+    masters[3].stop();
+    let up = [0, 2, 4];
+
+    let lock = ok(
+        &masters,
+        a.obtain("job", LONG, ObtainOptions::new().fence()).await,
+        "obtain with 3 of 5",
+    );
+    assert_eq!(lock.fence_token(), Some(1));
+    for &index in &up {
+        let value: Option<String> = masters[index].cmd(&["GET", "job"]);
+        assert!(value.is_some_and(|value| value.starts_with(lock.token())));
+    }
+    let busy = b
+        .obtain("job", LONG, ObtainOptions::new())
+        .await
+        .unwrap_err();
+    assert!(busy.is_not_obtained(), "{busy:?}");
+    ok(&masters, lock.refresh(LONG).await, "refresh with 3 of 5");
+    let left = ok(&masters, lock.ttl().await, "ttl with 3 of 5");
+    assert!(left > Duration::from_secs(20), "{left:?}");
+    ok(&masters, lock.release().await, "release with 3 of 5");
+    let next = ok(
+        &masters,
+        b.obtain("job", LONG, ObtainOptions::new().fence()).await,
+        "obtain after release",
+    );
+    assert_eq!(next.fence_token(), Some(2));
+
+    // Connecting needs a majority too, not every master.
+    let late = ok(
+        &masters,
+        Locker::redlock(urls(&masters)).await,
+        "connect with 3 of 5",
+    );
+    let busy = late
+        .obtain("job", LONG, ObtainOptions::new())
+        .await
+        .unwrap_err();
+    assert!(busy.is_not_obtained(), "{busy:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_with_three_of_five_masters_down() {
+    let mut masters = RedisServer::start_many(5);
+    let locker = locker(&masters).await;
+    for index in [0, 2, 4] {
+        masters[index].stop();
+    }
+    let start = Instant::now();
+    let err = locker
+        .obtain("job", LONG, ObtainOptions::new())
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let LockError::Backend(backend) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Unreachable, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("2 of 5 masters answered, a majority (3) is needed"),
+        "{message}"
+    );
+    for index in [0, 2, 4] {
+        assert!(
+            message.contains(&masters[index].port().to_string()),
+            "{message}"
+        );
+    }
+    // The two that granted were undone.
+    for index in [1, 3] {
+        assert!(!masters[index].cmd::<bool>(&["EXISTS", "job"]));
+    }
+
+    let start = Instant::now();
+    let err = Locker::redlock(urls(&masters)).await.unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    assert!(err.to_string().contains("2 of 5 masters answered"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_paused_and_resumed_mid_run_never_yields_two_holders() {
+    let masters = RedisServer::start_many(3);
+    let counter = RedisServer::start();
+    let mut lockers = Vec::new();
+    for _ in 0..witness::TASKS {
+        lockers.push(impatient_locker(&masters).await);
+    }
+    // With one of three frozen, every grant needs both others; a frozen
+    // master wakes up with its old keys, longer than their ttl later.
+    let ttl = Duration::from_millis(500);
+    let faults = async {
+        for (index, frozen) in [(0, 300), (1, 800), (2, 300), (0, 800)] {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            masters[index].pause();
+            tokio::time::sleep(Duration::from_millis(frozen)).await;
+            masters[index].resume();
+        }
+    };
+    let (total, ()) = tokio::join!(witness::increments(lockers, &counter, ttl), faults);
+    assert_eq!(total, (witness::TASKS * witness::ROUNDS) as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_go_to_every_master_at_once() {
+    let masters = RedisServer::start_many(3);
+    let locker = locker(&masters).await;
+    // Loads the scripts, so that each master needs one request.
+    let warm = ok(
+        &masters,
+        locker.obtain("warm", LONG, ObtainOptions::new()).await,
+        "warm up",
+    );
+    ok(&masters, warm.release().await, "warm up");
+    // Each master holds every client for the same time: one round after the
+    // other would take three times as long as all at once.
+    let hold = Duration::from_millis(400);
+    for master in &masters {
+        let () = master.cmd(&["CLIENT", "PAUSE", &hold.as_millis().to_string(), "ALL"]);
+    }
+    let start = Instant::now();
+    let lock = ok(
+        &masters,
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let took = start.elapsed();
+    assert!(
+        took < hold * 2,
+        "obtain took {took:?}: the masters were asked one by one"
+    );
+    // The call returns with a majority; the last grant follows.
+    eventually(&masters, "every master granted the lock", || {
+        holders(&masters, "job", lock.token()) == [true; 3]
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_frozen_masters_of_five_do_not_slow_down_obtain() {
+    let masters = RedisServer::start_many(5);
+    let locker = locker(&masters).await;
+    masters[0].pause();
+    masters[4].pause();
+    // The per-master timeout for a 30 s ttl is 3 s; a majority answers at once.
+    let start = Instant::now();
+    let lock = locker.obtain("job", LONG, ObtainOptions::new()).await;
+    let took = start.elapsed();
+    masters[0].resume();
+    masters[4].resume();
+    let lock = ok(&masters, lock, "obtain");
+    assert!(took < Duration::from_secs(1), "obtain took {took:?}");
+    ok(&masters, lock.release().await, "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_that_answers_after_the_validity_is_no_lock() {
+    let masters = RedisServer::start_many(3);
+    let locker = locker(&masters).await;
+    // The drift alone (1% + 2 ms) exceeds this ttl: every master grants it,
+    // but no answer can come while the lease is still valid.
+    let err = locker
+        .obtain("job", Duration::from_millis(2), ObtainOptions::new())
+        .await
+        .unwrap_err();
+    assert!(err.is_not_obtained(), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_tokens_increase_when_majorities_differ() {
+    let mut masters = RedisServer::start_many(3);
+    let locker = locker(&masters).await;
+    let fenced = || ObtainOptions::new().fence();
+    // Counters drift apart when a master grants an attempt that fails
+    // elsewhere; made here by hand.
+    let () = masters[0].cmd(&["SET", "{job}:fence", "100"]);
+    let counter = |master: &RedisServer| master.cmd::<Option<u64>>(&["GET", "{job}:fence"]);
+
+    masters[1].stop();
+    let first = ok(
+        &masters,
+        locker.obtain("job", LONG, fenced()).await,
+        "first",
+    );
+    assert_eq!(first.fence_token(), Some(101), "the largest counter wins");
+    ok(&masters, first.release().await, "release first");
+    // Written back to every master that granted it.
+    assert_eq!(counter(&masters[2]), Some(101));
+
+    // The next majority leaves out the master that had the largest counter,
+    // and still counts past it.
+    masters[0].stop();
+    masters[1].restart();
+    let second = ok(
+        &masters,
+        locker.obtain("job", LONG, fenced()).await,
+        "second",
+    );
+    assert_eq!(second.fence_token(), Some(102));
+    ok(&masters, second.release().await, "release second");
+
+    // A master that forgot its counter (restarted without persistence) is
+    // outvoted here, as both others carry the last token. In general a
+    // restart voids the guarantee, as documented.
+    masters[0].restart();
+    let third = ok(
+        &masters,
+        locker.obtain("job", LONG, fenced()).await,
+        "third",
+    );
+    assert_eq!(third.fence_token(), Some(103));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_down_at_connect_joins_when_it_comes_up() {
+    let mut masters = RedisServer::start_many(3);
+    masters[2].stop();
+    let locker = locker(&masters).await;
+    let lock = ok(
+        &masters,
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain with 2 of 3",
+    );
+    assert_eq!(holders(&masters[..2], "job", lock.token()), [true; 2]);
+    ok(&masters, lock.release().await, "release");
+
+    masters[2].restart();
+    // Tried again at most once a second, in the course of later calls.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lock = ok(
+            &masters,
+            locker.obtain("job", LONG, ObtainOptions::new()).await,
+            "obtain",
+        );
+        let joined = holders(&masters, "job", lock.token())[2];
+        ok(&masters, lock.release().await, "release");
+        if joined {
+            break;
+        }
+        if Instant::now() > deadline {
+            fail(&masters, "the restarted master never joined");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn fewer_than_a_majority_at_connect_is_an_error_in_bounded_time() {
+    let master = RedisServer::start();
+    let (dead_a, dead_b) = (free_url(), free_url());
+    let start = Instant::now();
+    let err = Locker::redlock([master.url(), dead_a.clone(), dead_b.clone()])
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let LockError::Backend(backend) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Unreachable, "{err}");
+    let message = err.to_string();
+    for dead in [&dead_a, &dead_b] {
+        let addr = dead.trim_start_matches("redis://").trim_end_matches('/');
+        assert!(message.contains(addr), "{addr} missing from: {message}");
+    }
+    assert!(
+        message.contains("1 of 3 masters answered, a majority (2) is needed"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn bad_missing_or_repeated_urls_are_refused() {
+    let master = RedisServer::start();
+    let none: [&str; 0] = [];
+    for (urls, expected) in [
+        (vec![master.url(), master.url()], "given twice"),
+        (vec!["not a url".to_owned()], ""),
+        (
+            none.iter().map(ToString::to_string).collect(),
+            "no masters given",
+        ),
+    ] {
+        let err = Locker::redlock(&urls).await.unwrap_err();
+        assert!(
+            matches!(&err, LockError::InvalidUrl { reason, .. } if reason.contains(expected)),
+            "{urls:?}: {err:?}"
+        );
+    }
+}

@@ -1,0 +1,8 @@
+use lockmacro_runtime::{LockError, distributed_lock};
+
+#[distributed_lock(key = "user:{id}", ttl = "30s", wait = "500us")]
+async fn bill(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+fn main() {}
