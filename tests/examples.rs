@@ -80,3 +80,178 @@ fn billing_as_processes_on_redis_charges_everyone_once() {
     let audit: i64 = server.cmd(&["LLEN", "demo:audit"]);
     assert_eq!(audit, 40, "the audit log in Redis disagrees with the table");
 }
+
+/// The rest of the summary line that starts with `name`.
+fn text<'a>(output: &'a str, name: &str) -> &'a str {
+    output
+        .lines()
+        .find_map(|line| line.strip_prefix(name))
+        .unwrap_or_else(|| panic!("no `{name}` in:\n{output}"))
+        .trim()
+}
+
+fn migrations(redis: Option<&RedisServer>, crash: bool) -> String {
+    let mut command = example("migrations");
+    command.args(["--services", "3"]);
+    if crash {
+        command.arg("--crash");
+    }
+    if let Some(server) = redis {
+        command.env("REDIS_URL", server.url());
+    }
+    let output = run(command);
+    assert_eq!(field(&output, "finished migrating"), 1, "{output}");
+    assert_eq!(
+        field(&output, "crashed mid-way"),
+        u64::from(crash),
+        "{output}"
+    );
+    assert_eq!(
+        field(&output, "found them applied"),
+        2 - u64::from(crash),
+        "{output}"
+    );
+    assert_eq!(field(&output, "migrations in table"), 4, "{output}");
+    assert_eq!(field(&output, "applied twice"), 0, "{output}");
+    assert!(
+        text(&output, "done marker").starts_with("set by"),
+        "{output}"
+    );
+    if crash {
+        assert!(output.contains("CRASHES mid-way"), "{output}");
+        assert!(
+            output.contains("took over: 2 found applied, 2 applied"),
+            "{output}"
+        );
+    }
+    output
+}
+
+#[test]
+fn migrations_on_the_memory_backend_run_once() {
+    let output = migrations(None, false);
+    assert!(output.contains("in-memory backend"), "{output}");
+}
+
+#[test]
+fn migrations_on_the_memory_backend_are_taken_over_after_a_crash() {
+    let output = migrations(None, true);
+    assert!(output.contains("in-memory backend"), "{output}");
+}
+
+#[test]
+fn migrations_as_processes_on_redis_run_once() {
+    let server = RedisServer::start();
+    let output = migrations(Some(&server), false);
+    assert!(output.contains("separate processes"), "{output}");
+    let rows: i64 = server.cmd(&["LLEN", "demo:migrations:applied"]);
+    assert_eq!(rows, 4, "the migration table in Redis disagrees:\n{output}");
+}
+
+#[test]
+fn migrations_as_processes_on_redis_are_taken_over_after_a_crash() {
+    let server = RedisServer::start();
+    let output = migrations(Some(&server), true);
+    assert!(output.contains("separate processes"), "{output}");
+    let rows: i64 = server.cmd(&["LLEN", "demo:migrations:applied"]);
+    assert_eq!(rows, 4, "the migration table in Redis disagrees:\n{output}");
+}
+
+fn fencing(redis: Option<&RedisServer>) -> String {
+    let mut command = example("fencing");
+    if let Some(server) = redis {
+        command.env("REDIS_URL", server.url());
+    }
+    let output = run(command);
+    assert!(
+        field(&output, "A's token") < field(&output, "B's token"),
+        "{output}"
+    );
+    assert_eq!(field(&output, "stale writes applied"), 0, "{output}");
+    assert!(output.contains("REJECTED by the resource"), "{output}");
+    output
+}
+
+#[test]
+fn fencing_on_the_memory_backend_rejects_the_stale_write() {
+    let output = fencing(None);
+    assert!(output.contains("in memory"), "{output}");
+}
+
+#[test]
+fn fencing_on_redis_rejects_the_stale_write() {
+    let server = RedisServer::start();
+    let output = fencing(Some(&server));
+    let applied: u64 = server.cmd(&["HGET", "demo:report:contents", "fence"]);
+    assert_eq!(applied, field(&output, "B's token"), "{output}");
+}
+
+fn watchdog(redis: Option<&RedisServer>) -> String {
+    let mut command = example("watchdog");
+    if let Some(server) = redis {
+        command.env("REDIS_URL", server.url());
+    }
+    let output = run(command);
+    assert!(
+        field(&output, "contender refused while the job ran") >= 1,
+        "{output}"
+    );
+    assert_eq!(
+        field(&output, "contender got in while the job ran"),
+        0,
+        "{output}"
+    );
+    assert_eq!(
+        text(&output, "contender got in after the job"),
+        "yes",
+        "{output}"
+    );
+    assert_eq!(
+        text(&output, "export returned Err(Lost)"),
+        "yes",
+        "{output}"
+    );
+    assert!(field(&output, "export stopped after step") < 20, "{output}");
+    output
+}
+
+#[test]
+fn watchdog_on_the_memory_backend_keeps_the_lock_and_aborts_when_it_is_taken() {
+    let output = watchdog(None);
+    assert!(output.contains("in-memory backend"), "{output}");
+}
+
+#[test]
+fn watchdog_on_redis_keeps_the_lock_and_aborts_when_it_is_taken() {
+    let server = RedisServer::start();
+    let output = watchdog(Some(&server));
+    assert!(output.contains("DEL demo:export"), "{output}");
+}
+
+fn axum(redis: Option<&RedisServer>) -> String {
+    let mut command = example("axum");
+    if let Some(server) = redis {
+        command.env("REDIS_URL", server.url());
+    }
+    let output = run(command);
+    assert!(output.contains("POST /invoices/7/send -> 409"), "{output}");
+    assert!(
+        output.contains("POST /invoices/7/send -> 200: sent invoice 7"),
+        "{output}"
+    );
+    assert!(output.contains("self-test passed"), "{output}");
+    output
+}
+
+#[test]
+fn axum_on_the_memory_backend_answers_its_self_test() {
+    let output = axum(None);
+    assert!(output.contains("in-memory backend"), "{output}");
+}
+
+#[test]
+fn axum_on_redis_answers_its_self_test() {
+    let server = RedisServer::start();
+    let output = axum(Some(&server));
+    assert!(output.contains("Locks on Redis"), "{output}");
+}

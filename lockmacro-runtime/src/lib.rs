@@ -50,6 +50,60 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## The attribute
+//!
+//! [`macro@distributed_lock`] wraps an `async fn` so that its body runs only
+//! while the lock is held: the key is rendered from the arguments, the lock
+//! is taken (waiting up to `wait`), the watchdog keeps the lease alive while
+//! the body runs, and the lock is released when the body returns, fails,
+//! panics or is cancelled. What the function returns when the lock cannot be
+//! held depends on `on_busy` and the return type; see the attribute's own
+//! documentation for every argument and outcome.
+//!
+//! ```
+//! use lockmacro_runtime::{distributed_lock, LockError, Locker};
+//!
+//! struct Jobs {
+//!     locker: Locker,
+//! }
+//!
+//! impl Jobs {
+//!     #[distributed_lock(key = "report:{day}", ttl = "5m", locker = self.locker, on_busy = "skip")]
+//!     async fn nightly_report(&self, day: &str) -> Option<String> {
+//!         Some(format!("report for {day}"))
+//!     }
+//!
+//!     #[distributed_lock(key = "invoice:{id}", ttl = "30s", locker = self.locker, fence, guard = lock)]
+//!     async fn write_invoice(&self, id: u64) -> Result<u64, LockError> {
+//!         // `lock` is a `&LockGuard`: key, token, fence token, deadline, is_lost().
+//!         Ok(lock.fence_token().expect("fencing was asked for"))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), LockError> {
+//! let jobs = Jobs { locker: Locker::memory() };
+//! assert_eq!(jobs.nightly_report("2026-11-22").await.as_deref(), Some("report for 2026-11-22"));
+//! assert_eq!(jobs.write_invoice(9).await?, 1);
+//! assert_eq!(jobs.write_invoice(9).await?, 2);
+//! # Ok(()) }
+//! ```
+//!
+//! A nested call in the same task that locks a key the task already holds
+//! re-enters it at once, like a reentrant mutex; other tasks still wait.
+//!
+//! ## Backends
+//!
+//! - [`Locker::connect`]: one Redis server ([`RedisBackend`]).
+//! - [`Locker::cluster`]: Redis Cluster ([`ClusterBackend`]). Keys locked
+//!   together, and a lock with its fence counter, must share a hash slot; the
+//!   locker refuses other combinations before sending anything and says which
+//!   `{tag}` to add.
+//! - [`Locker::redlock`]: several independent masters granting by majority
+//!   ([`RedlockBackend`]), for locks that must survive the loss of a
+//!   minority of servers.
+//! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
+//! - [`Locker::new`]: any [`Backend`] of your own.
+//!
 //! ## Locks by hand
 //!
 //! [`Locker::obtain`] returns a [`Lock`]: a lease of `ttl` on the key, owned
@@ -94,6 +148,31 @@
 //! already has a `{hashtag}`), so that it lands in the same Redis Cluster
 //! slot.
 //!
+//! The check belongs to the resource, where it can be made in the same step
+//! as the write. For a resource in Redis (or in this process), a
+//! [`FencedStore`] does it: [`FencedStore::set`] writes a value only if its
+//! token is not older than the newest token applied to that key, atomically
+//! (a Lua script on Redis), and returns whether it did. A holder paused past
+//! its ttl finds its write refused once a newer holder has written:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::{FencedStore, Locker, ObtainOptions};
+//!
+//! let locker = Locker::memory();
+//! let store = FencedStore::memory(); // or FencedStore::connect("redis://…").await?
+//! let ttl = Duration::from_millis(50);
+//! let old = locker.obtain("report", ttl, ObtainOptions::new().fence()).await?;
+//! tokio::time::sleep(2 * ttl).await; // a pause: the lease expires unrefreshed
+//! let new = locker.obtain("report", ttl, ObtainOptions::new().fence()).await?;
+//! assert!(store.set("report", "new", new.fence_token().unwrap()).await?);
+//! assert!(!store.set("report", "stale", old.fence_token().unwrap()).await?);
+//! # Ok(()) }
+//! ```
+//!
+//! `examples/fencing.rs` runs this story with the attribute, on both stores.
+//!
 //! ## On the wire
 //!
 //! With [`RedisBackend`], a lock is a plain string key (after the namespace
@@ -119,6 +198,7 @@
 
 mod backend;
 mod error;
+mod fenced;
 mod global;
 mod guard;
 mod lock;
@@ -133,9 +213,10 @@ pub mod __private;
 
 pub use crate::backend::{
     AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, MemoryBackend, RedisBackend,
-    RedisConfig, RedlockBackend, TOKEN_LEN,
+    RedisConfig, RedlockBackend, ReleaseListener, TOKEN_LEN,
 };
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
+pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};
 pub use crate::guard::LockGuard;
 pub use crate::lock::Lock;

@@ -6,7 +6,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Acquired, Backend, derived_fence_key};
+use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseListener, derived_fence_key};
 use crate::lock::{Lease, Timing};
 use crate::options::Fencing;
 use crate::watchdog::Watchdog;
@@ -286,6 +286,10 @@ impl Locker {
         let start = Instant::now();
         let deadline = opts.retry.get_deadline().map(|wait| start + wait);
         let mut attempts = 0;
+        // Listens for the release of the key last found busy (its index), so
+        // that a wait ends when the holder releases rather than at the end of
+        // the backoff.
+        let mut listening: Option<(usize, ReleaseListener)> = None;
         loop {
             attempts += 1;
             let sent = Instant::now();
@@ -339,8 +343,22 @@ impl Locker {
                 }
                 delay = delay.min(deadline - now);
             }
-            tracing::trace!(target: "lockmacro", ?delay, attempts, "busy, retrying");
-            tokio::time::sleep(delay).await;
+            match &mut listening {
+                Some((listened, listener)) if *listened == index => {
+                    tracing::trace!(target: "lockmacro", ?delay, attempts, "busy, retrying");
+                    listener.wait(delay).await;
+                }
+                _ => {
+                    // Listen first, then try again at once: a release before
+                    // the listener was in place is seen by that attempt, any
+                    // later one by the listener. The first such attempt does
+                    // not count against the strategy.
+                    if listening.is_none() {
+                        attempts -= 1;
+                    }
+                    listening = Some((index, self.backend().listen(&wire_keys[index]).await));
+                }
+            }
         }
     }
 }

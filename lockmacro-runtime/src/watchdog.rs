@@ -93,6 +93,14 @@ impl Watchdog {
                     if let Ok((id, result)) = done {
                         self.finish(id, result);
                     }
+                    // Take every other refresh that is done too: the next
+                    // scan of the leases then serves them all, instead of
+                    // one scan per refresh (quadratic with many leases).
+                    while let Some(done) = in_flight.try_join_next() {
+                        if let Ok((id, result)) = done {
+                            self.finish(id, result);
+                        }
+                    }
                 }
             }
         }

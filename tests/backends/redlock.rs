@@ -233,9 +233,11 @@ async fn a_master_paused_and_resumed_mid_run_never_yields_two_holders() {
     }
     // With one of three frozen, every grant needs both others; a frozen
     // master wakes up with its old keys, longer than their ttl later.
-    let ttl = Duration::from_millis(500);
+    // Long enough that a scheduling stall of this loaded machine does not
+    // outlast a lease inside the critical section.
+    let ttl = Duration::from_millis(1000);
     let faults = async {
-        for (index, frozen) in [(0, 300), (1, 800), (2, 300), (0, 800)] {
+        for (index, frozen) in [(0, 300), (1, 1500), (2, 300), (0, 1500)] {
             tokio::time::sleep(Duration::from_millis(200)).await;
             masters[index].pause();
             tokio::time::sleep(Duration::from_millis(frozen)).await;

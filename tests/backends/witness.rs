@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{Locker, ObtainOptions, RetryStrategy};
+use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy};
 use tokio::time::Instant;
 
 use crate::support::RedisServer;
@@ -30,14 +30,26 @@ pub async fn increments(lockers: Vec<Locker>, counter: &RedisServer, ttl: Durati
                 RetryStrategy::exponential(Duration::from_micros(200), Duration::from_millis(5))
                     .deadline(Duration::from_secs(60));
             for round in 0..ROUNDS {
-                let lock = locker
-                    .obtain(
-                        "counter-lock",
-                        ttl,
-                        ObtainOptions::new().retry(retry.clone()),
-                    )
-                    .await
-                    .unwrap_or_else(|err| panic!("round {round}: obtain: {err}"));
+                // A backend error (no majority answered in time while a
+                // master is frozen) is retried: the witness checks safety,
+                // not availability.
+                let give_up = Instant::now() + Duration::from_secs(60);
+                let lock = loop {
+                    match locker
+                        .obtain(
+                            "counter-lock",
+                            ttl,
+                            ObtainOptions::new().retry(retry.clone()),
+                        )
+                        .await
+                    {
+                        Ok(lock) => break lock,
+                        Err(LockError::Backend(_)) if Instant::now() < give_up => {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Err(err) => panic!("round {round}: obtain: {err}"),
+                    }
+                };
                 let others = inside.fetch_add(1, Ordering::SeqCst);
                 assert_eq!(others, 0, "round {round}: {others} other holder(s) inside");
                 let value: i64 = redis::cmd("GET")

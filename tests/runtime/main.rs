@@ -8,6 +8,7 @@ mod cases;
 mod fixture;
 mod logs;
 mod redis;
+mod wakeup;
 
 /// One test per case in `cases`, each on a fixture made by `$fixture`.
 macro_rules! cases_on {

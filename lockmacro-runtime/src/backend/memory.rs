@@ -2,9 +2,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN};
+use super::{AcquireRequest, Acquired, Backend, BoxFuture, ReleaseListener, TOKEN_LEN};
 use crate::LockError;
 
 /// Locks held in this process's memory, with the same semantics as Redis:
@@ -39,6 +40,10 @@ struct State {
     /// Leases count at the last sweep of expired entries; sweeping when the
     /// map has doubled since keeps the cost amortised O(1) per acquisition.
     swept_at: usize,
+    /// Per key with listeners: bumped by each release of that key.
+    releases: HashMap<String, watch::Sender<u64>>,
+    /// Size of `releases` at its last sweep of keys nobody listens to.
+    releases_swept_at: usize,
 }
 
 #[derive(Debug)]
@@ -124,6 +129,32 @@ impl State {
         Acquired::Obtained { fence }
     }
 
+    fn listen(&mut self, key: &str) -> watch::Receiver<u64> {
+        if self.releases.len() >= 2 * self.releases_swept_at.max(512) {
+            self.releases
+                .retain(|_, sender| sender.receiver_count() > 0);
+            self.releases_swept_at = self.releases.len();
+        }
+        match self.releases.get(key) {
+            Some(sender) => sender.subscribe(),
+            None => {
+                let (sender, receiver) = watch::channel(0);
+                self.releases.insert(key.to_owned(), sender);
+                receiver
+            }
+        }
+    }
+
+    fn released(&mut self, key: &str) {
+        if let Some(sender) = self.releases.get(key) {
+            if sender.receiver_count() == 0 {
+                self.releases.remove(key);
+            } else {
+                sender.send_modify(|releases| *releases += 1);
+            }
+        }
+    }
+
     fn all_owned(&mut self, keys: &[String], token: &str, now: Instant) -> bool {
         keys.iter().all(|key| {
             self.live(key, now)
@@ -177,6 +208,7 @@ impl Backend for MemoryBackend {
                 .is_some_and(|lease| lease.owned_by(token))
             {
                 state.leases.remove(key);
+                state.released(key);
             } else {
                 all = false;
             }
@@ -199,5 +231,9 @@ impl Backend for MemoryBackend {
             None
         };
         ready(Ok(remaining))
+    }
+
+    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
+        ready(ReleaseListener::new(self.state().listen(key), ()))
     }
 }

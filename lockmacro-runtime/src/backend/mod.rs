@@ -22,6 +22,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use crate::LockError;
 
 /// A boxed, `Send` future, as returned by [`Backend`] methods.
@@ -120,6 +122,73 @@ pub trait Backend: Send + Sync + 'static {
         let _ = ttl;
         Duration::ZERO
     }
+
+    /// Starts listening for releases of `key`, for a caller about to try a
+    /// key it found held.
+    ///
+    /// The listener must hear every release that happens after this future
+    /// completes, so that the caller can listen first, then try again, then
+    /// wait without missing the release in between. The default hears
+    /// nothing: waits are plain sleeps, bounded by the retry strategy and the
+    /// holder's lease.
+    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
+        let _ = key;
+        Box::pin(std::future::ready(ReleaseListener::deaf()))
+    }
+}
+
+/// Interest in the releases of one key; see [`Backend::listen`].
+///
+/// Backends signal a release by bumping the value in a
+/// [`tokio::sync::watch`] channel: a receiver remembers the last value it saw,
+/// so a release that comes while nobody is waiting is not lost.
+pub struct ReleaseListener {
+    releases: Option<watch::Receiver<u64>>,
+    /// Kept until the listener is dropped: the backend stops listening then.
+    _subscription: Option<Box<dyn Send + Sync>>,
+}
+
+impl std::fmt::Debug for ReleaseListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseListener")
+            .field("hears", &self.releases.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReleaseListener {
+    /// A listener that hears nothing: [`wait`](Self::wait) sleeps its whole
+    /// `max`.
+    pub fn deaf() -> Self {
+        ReleaseListener {
+            releases: None,
+            _subscription: None,
+        }
+    }
+
+    /// A listener woken whenever `releases` changes; `subscription` lives as
+    /// long as the listener (a guard that unsubscribes on drop).
+    pub fn new(releases: watch::Receiver<u64>, subscription: impl Send + Sync + 'static) -> Self {
+        ReleaseListener {
+            releases: Some(releases),
+            _subscription: Some(Box::new(subscription)),
+        }
+    }
+
+    /// Returns when a release was heard since this listener was made or last
+    /// returned from `wait`, or after `max`, whichever comes first.
+    pub async fn wait(&mut self, max: Duration) {
+        let deadline = tokio::time::Instant::now() + max;
+        if let Some(releases) = &mut self.releases {
+            match tokio::time::timeout_at(deadline, releases.changed()).await {
+                Ok(Ok(())) | Err(_) => return,
+                // The backend stopped listening (its connection is gone):
+                // sleep out the rest, as a deaf listener would.
+                Ok(Err(_)) => self.releases = None,
+            }
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
 }
 
 /// A shared backend: several [`Locker`](crate::Locker)s built with
@@ -159,6 +228,10 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
 
     fn drift(&self, ttl: Duration) -> Duration {
         (**self).drift(ttl)
+    }
+
+    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
+        (**self).listen(key)
     }
 }
 

@@ -1,10 +1,18 @@
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
+use redis::aio::{
+    AsyncPushSender, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection, SendError,
+};
+use redis::{
+    AsyncConnectionConfig, ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisError, Script,
+    ServerErrorKind, Value,
+};
+use tokio::sync::watch;
 
-use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN};
+use super::{AcquireRequest, Acquired, Backend, BoxFuture, ReleaseListener, TOKEN_LEN};
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -76,6 +84,15 @@ impl RedisConfig {
 /// connection dropped (a server restart, an idle connection cut by a proxy) is
 /// sent once more on the new connection; every script is safe to repeat.
 ///
+/// Waiters are woken by releases: the release script publishes on the channel
+/// `lockmacro:released:<key>`, and a waiting [`Locker`](crate::Locker)
+/// subscribes to it on a second connection (RESP3, opened on the first wait,
+/// shared by all its waiters) before its next attempt. A waiter sends nothing
+/// between wake-ups. When that connection cannot be had, or the Redis user
+/// lacks `+publish +subscribe +unsubscribe` or the channels
+/// `&lockmacro:released:*`, waiters fall back to their retry strategy's
+/// backoff, still bounded by the holder's remaining lease.
+///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
 /// use lockmacro_runtime::{Locker, RedisBackend};
@@ -89,6 +106,7 @@ pub struct RedisBackend {
     conn: ConnectionManager,
     /// `redis 127.0.0.1:6379`: names the server in error messages.
     name: String,
+    wakeups: Arc<Wakeups>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -120,7 +138,7 @@ impl RedisBackend {
             // background for long: a lock call must fail in bounded time.
             .set_number_of_retries(1)
             .set_max_delay(config.connect_timeout);
-        let connect = ConnectionManager::new_with_config(client, manager_config);
+        let connect = ConnectionManager::new_with_config(client.clone(), manager_config);
         // The manager's own timeout covers each TCP attempt; this bounds the
         // whole handshake (AUTH, HELLO, SELECT) as well.
         let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
@@ -133,7 +151,13 @@ impl RedisBackend {
                 )
             })?
             .map_err(|err| backend_error(&name, "connect", err))?;
-        Ok(RedisBackend { conn, name })
+        preload(conn.clone(), config.response_timeout).await;
+        let wakeups = Arc::new(Wakeups::new(&client, &config));
+        Ok(RedisBackend {
+            conn,
+            name,
+            wakeups,
+        })
     }
 
     pub(super) async fn invoke<T: redis::FromRedisValue>(
@@ -160,6 +184,250 @@ impl RedisBackend {
             other => other,
         }
         .map_err(|err| backend_error(&self.name, &format!("{what} `{}`", keys.join("`, `")), err).into())
+    }
+}
+
+/// Loads every script in one round trip, so that the first burst of calls
+/// (a watchdog refreshing thousands of leases at once) finds them cached
+/// instead of each call being refused with `NOSCRIPT`, loading the script and
+/// sending again. Best effort: a user not allowed `SCRIPT LOAD` still runs the
+/// scripts, loaded on first use as before.
+async fn preload(mut conn: ConnectionManager, timeout: Duration) {
+    let mut pipe = redis::pipe();
+    for source in [ACQUIRE_LUA, REFRESH_LUA, RELEASE_LUA, REMAINING_LUA] {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+    }
+    let load = pipe.query_async::<()>(&mut conn);
+    if let Ok(Err(err)) = tokio::time::timeout(timeout, load).await {
+        tracing::debug!(target: "lockmacro", error = %err, "scripts not preloaded; loaded on first use");
+    }
+}
+
+/// The channel on which `release.lua` announces the release of `key`.
+fn release_channel(key: &str) -> String {
+    format!("lockmacro:released:{key}")
+}
+
+/// The pub/sub side of a [`RedisBackend`]: one RESP3 connection, opened when
+/// the first waiter listens and shared by all of them (a channel per key, each
+/// subscribed once however many wait on it). Messages arrive as pushes and are
+/// handed straight to the listeners of their channel.
+///
+/// Losing it never loses a lock: waiters then sleep out their backoff, as
+/// without wake-ups, and the next listener opens a new connection.
+struct Wakeups {
+    client: redis::Client,
+    /// Bounds opening the connection and each (un)subscription, so that a
+    /// waiter facing a stalled server falls back to its backoff in time.
+    timeout: Duration,
+    /// Held across each SUBSCRIBE and UNSUBSCRIBE together with the check of
+    /// `channels` that decides it, so the two never disagree for long.
+    connection: tokio::sync::Mutex<Option<Connection>>,
+    channels: Mutex<HashMap<String, Channel>>,
+    /// Id of the last connection reported closed (ids start at 1).
+    closed: AtomicU64,
+}
+
+struct Connection {
+    conn: MultiplexedConnection,
+    id: u64,
+}
+
+struct Channel {
+    /// Bumped by every message on the channel.
+    releases: watch::Sender<u64>,
+    listeners: usize,
+    /// The connection it is subscribed on.
+    connection: u64,
+}
+
+/// Keeps one listener's channel subscribed; the last one to go unsubscribes.
+struct Subscription {
+    wakeups: Arc<Wakeups>,
+    channel: String,
+    connection: u64,
+}
+
+/// Receives the pushes of one pub/sub connection.
+struct Pushes {
+    wakeups: Weak<Wakeups>,
+    connection: u64,
+}
+
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
+impl Wakeups {
+    fn new(client: &redis::Client, config: &RedisConfig) -> Self {
+        Wakeups {
+            client: client.clone(),
+            timeout: config.connect_timeout + config.response_timeout,
+            connection: tokio::sync::Mutex::default(),
+            channels: Mutex::default(),
+            closed: AtomicU64::new(0),
+        }
+    }
+
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+        // Every change is a single map operation: a panic cannot leave it torn.
+        self.channels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn open(self: &Arc<Self>) -> Result<Connection, String> {
+        // Pushes (and so subscriptions on a shared, multiplexed connection)
+        // need RESP3, whatever the URL asked for.
+        let info = self.client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(settings))
+            .map_err(|err| err.to_string())?;
+        let id = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_push_sender(Pushes {
+                wakeups: Arc::downgrade(self),
+                connection: id,
+            });
+        match tokio::time::timeout(
+            self.timeout,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => Ok(Connection { conn, id }),
+            Ok(Err(err)) => Err(err.to_string()),
+            Err(elapsed) => Err(elapsed.to_string()),
+        }
+    }
+
+    async fn listen(self: &Arc<Self>, key: &str) -> ReleaseListener {
+        let channel = release_channel(key);
+        let mut connection = self.connection.lock().await;
+        if connection
+            .as_ref()
+            .is_some_and(|open| open.id == self.closed.load(Ordering::Acquire))
+        {
+            *connection = None;
+        }
+        if connection.is_none() {
+            match self.open().await {
+                Ok(open) => *connection = Some(open),
+                Err(error) => {
+                    tracing::debug!(target: "lockmacro", %error, "no pub/sub connection; waiting by backoff");
+                    return ReleaseListener::deaf();
+                }
+            }
+        }
+        let Some(open) = connection.as_mut() else {
+            return ReleaseListener::deaf();
+        };
+        let id = open.id;
+        let (releases, subscribed) = {
+            let mut channels = self.channels();
+            match channels.get_mut(&channel) {
+                Some(entry) if entry.connection == id => {
+                    entry.listeners += 1;
+                    (entry.releases.subscribe(), true)
+                }
+                _ => {
+                    let (sender, receiver) = watch::channel(0);
+                    let entry = Channel {
+                        releases: sender,
+                        listeners: 1,
+                        connection: id,
+                    };
+                    channels.insert(channel.clone(), entry);
+                    (receiver, false)
+                }
+            }
+        };
+        let subscription = Subscription {
+            wakeups: self.clone(),
+            channel,
+            connection: id,
+        };
+        if !subscribed {
+            let subscribe = open.conn.subscribe(&subscription.channel);
+            if let Err(error) = tokio::time::timeout(self.timeout, subscribe)
+                .await
+                .map_err(|elapsed| elapsed.to_string())
+                .and_then(|done| done.map_err(|err| err.to_string()))
+            {
+                tracing::debug!(target: "lockmacro", %error, "subscribe failed; waiting by backoff");
+                // The connection is likely broken: the next listener opens
+                // another one.
+                *connection = None;
+                return ReleaseListener::deaf();
+            }
+        }
+        ReleaseListener::new(releases, subscription)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let last = {
+            let mut channels = self.wakeups.channels();
+            match channels.get_mut(&self.channel) {
+                Some(entry) if entry.connection == self.connection => {
+                    entry.listeners -= 1;
+                    let last = entry.listeners == 0;
+                    if last {
+                        channels.remove(&self.channel);
+                    }
+                    last
+                }
+                _ => false,
+            }
+        };
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if last => runtime,
+            _ => return,
+        };
+        let wakeups = self.wakeups.clone();
+        let channel = std::mem::take(&mut self.channel);
+        let id = self.connection;
+        runtime.spawn(async move {
+            let mut connection = wakeups.connection.lock().await;
+            // A listener may have come for the channel since: then it stays.
+            if wakeups.channels().contains_key(&channel) {
+                return;
+            }
+            if let Some(open) = connection.as_mut().filter(|open| open.id == id) {
+                let unsubscribe = open.conn.unsubscribe(&channel);
+                let _ = tokio::time::timeout(wakeups.timeout, unsubscribe).await;
+            }
+        });
+    }
+}
+
+impl AsyncPushSender for Pushes {
+    fn send(&self, push: PushInfo) -> Result<(), SendError> {
+        let wakeups = self.wakeups.upgrade().ok_or(SendError)?;
+        match push.kind {
+            PushKind::Message => {
+                if let Some(Value::BulkString(channel)) = push.data.first()
+                    && let Ok(channel) = std::str::from_utf8(channel)
+                    && let Some(entry) = wakeups.channels().get(channel)
+                {
+                    entry.releases.send_modify(|releases| *releases += 1);
+                }
+            }
+            PushKind::Disconnection => {
+                tracing::debug!(target: "lockmacro", "pub/sub connection closed; waiters fall back to backoff");
+                wakeups.closed.store(self.connection, Ordering::Release);
+                // Dropping the senders turns their listeners deaf.
+                wakeups
+                    .channels()
+                    .retain(|_, entry| entry.connection != self.connection);
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 
@@ -292,6 +560,10 @@ impl Backend for RedisBackend {
             let remaining: i64 = self.invoke("ttl", keys, &REMAINING, &[token]).await?;
             Ok(pttl(remaining))
         })
+    }
+
+    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key))
     }
 }
 

@@ -1,0 +1,201 @@
+//! The resource side of fencing: a store that refuses stale writes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script};
+
+use crate::{BackendError, BackendErrorKind, LockError};
+
+static FENCED_SET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("backend/scripts/fenced_set.lua")));
+
+/// Same bounds as [`RedisConfig`](crate::RedisConfig)'s defaults, so that a
+/// write fails in bounded time instead of hanging.
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A key-value store that applies a write only when it carries a fencing
+/// token not older than the newest token already applied to that key.
+///
+/// This is where fencing is enforced: a lock holder that was paused past its
+/// ttl still has its old token ([`Lock::fence_token`](crate::Lock::fence_token)),
+/// and once a newer holder has written, [`set`](Self::set) refuses it. The
+/// comparison and the write are one atomic step, and an equal token is
+/// accepted, so a holder can write several times under one lock.
+///
+/// Two stores behind one type, like [`Locker`](crate::Locker):
+/// [`FencedStore::memory`] keeps the keys in this process (for single-process
+/// programs and tests), [`FencedStore::connect`] keeps each one in a Redis
+/// hash with the fields `fence` and `value`, written by a Lua script.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+/// use lockmacro_runtime::{FencedStore, FencedValue};
+///
+/// let store = FencedStore::memory();
+/// assert!(store.set("report", "from the holder with token 2", 2).await?);
+/// // A holder that still believes it owns the lock, with an older token:
+/// assert!(!store.set("report", "stale", 1).await?);
+/// assert!(store.set("report", "token 2 again", 2).await?);
+/// assert_eq!(
+///     store.get("report").await?,
+///     Some(FencedValue { token: 2, value: "token 2 again".into() })
+/// );
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FencedStore {
+    inner: Inner,
+}
+
+#[derive(Clone)]
+enum Inner {
+    Memory(Arc<Mutex<HashMap<String, FencedValue>>>),
+    Redis {
+        conn: ConnectionManager,
+        /// `redis 127.0.0.1:6379`, for error messages.
+        server: String,
+    },
+}
+
+impl std::fmt::Debug for FencedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.inner {
+            Inner::Memory(_) => f.write_str("FencedStore(memory)"),
+            Inner::Redis { server, .. } => write!(f, "FencedStore({server})"),
+        }
+    }
+}
+
+/// What a fenced key holds: the last value applied and its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedValue {
+    /// The fencing token of the write that is applied.
+    pub token: u64,
+    /// The value it wrote.
+    pub value: String,
+}
+
+impl FencedStore {
+    /// An empty store in this process's memory. Clones share the keys.
+    pub fn memory() -> Self {
+        FencedStore {
+            inner: Inner::Memory(Arc::default()),
+        }
+    }
+
+    /// A store on one Redis server (URL as for
+    /// [`Locker::connect`](crate::Locker::connect)). Each key is a hash with
+    /// the fields `fence` and `value`; other clients can read it with
+    /// `HGET key value`.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let client = redis::Client::open(url).map_err(|err| LockError::InvalidUrl {
+            url: redact(url),
+            reason: err.to_string(),
+        })?;
+        let server = format!("redis {}", client.get_connection_info().addr());
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT))
+            .set_number_of_retries(1);
+        // The manager's timeouts cover each step; this bounds the whole
+        // handshake.
+        let connect = ConnectionManager::new_with_config(client, config);
+        let conn = tokio::time::timeout(2 * TIMEOUT, connect)
+            .await
+            .map_err(|_| {
+                BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("{server}: connect"),
+                    "no answer in time",
+                )
+            })?
+            .map_err(|err| failure(&server, "connect", err))?;
+        Ok(FencedStore {
+            inner: Inner::Redis { conn, server },
+        })
+    }
+
+    /// Writes `value` to `key` if `token` is not older than the newest token
+    /// applied to `key`; returns whether it did. A stale write changes
+    /// nothing.
+    ///
+    /// Safe to repeat after an error: the same token and value are accepted
+    /// again.
+    pub async fn set(&self, key: &str, value: &str, token: u64) -> Result<bool, LockError> {
+        match &self.inner {
+            Inner::Memory(keys) => {
+                let mut keys = keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if keys.get(key).is_some_and(|newest| newest.token > token) {
+                    return Ok(false);
+                }
+                keys.insert(
+                    key.to_owned(),
+                    FencedValue {
+                        token,
+                        value: value.to_owned(),
+                    },
+                );
+                Ok(true)
+            }
+            Inner::Redis { conn, server } => {
+                let written: i64 = FENCED_SET
+                    .key(key)
+                    .arg(token.to_string())
+                    .arg(value)
+                    .invoke_async(&mut conn.clone())
+                    .await
+                    .map_err(|err| failure(server, &format!("fenced set `{key}`"), err))?;
+                Ok(written == 1)
+            }
+        }
+    }
+
+    /// The value applied last to `key` and its token, if any.
+    pub async fn get(&self, key: &str) -> Result<Option<FencedValue>, LockError> {
+        match &self.inner {
+            Inner::Memory(keys) => Ok(keys
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .get(key)
+                .cloned()),
+            Inner::Redis { conn, server } => {
+                let (token, value): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+                    .arg(key)
+                    .arg("fence")
+                    .arg("value")
+                    .query_async(&mut conn.clone())
+                    .await
+                    .map_err(|err| failure(server, &format!("fenced get `{key}`"), err))?;
+                Ok(token
+                    .zip(value)
+                    .map(|(token, value)| FencedValue { token, value }))
+            }
+        }
+    }
+}
+
+fn failure(server: &str, what: &str, err: RedisError) -> LockError {
+    let kind = if err.is_timeout() {
+        BackendErrorKind::Timeout
+    } else if err.is_connection_refusal() || err.is_connection_dropped() || err.is_io_error() {
+        BackendErrorKind::Unreachable
+    } else {
+        BackendErrorKind::Other
+    };
+    BackendError::new(kind, format!("{server}: {what}"), err.to_string())
+        .with_source(err)
+        .into()
+}
+
+/// The URL with any password hidden: error messages must not carry it.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}

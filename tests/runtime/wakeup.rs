@@ -1,0 +1,243 @@
+//! Waiters are woken by the holder's release, not by their backoff: every
+//! waiter here has a 60 s backoff and a 30 s deadline, so it only obtains in
+//! time if it hears the release. The 5 s bounds are generous limits for a
+//! hang, not measurements.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockmacro_runtime::{Lock, Locker, MemoryBackend, ObtainOptions, RetryStrategy};
+
+use crate::support::RedisServer;
+
+const TTL: Duration = Duration::from_secs(30);
+const PROMPTLY: Duration = Duration::from_secs(5);
+
+fn patient() -> ObtainOptions {
+    ObtainOptions::new()
+        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(30)))
+}
+
+fn spawn_waiter(locker: &Locker, key: &str) -> tokio::task::JoinHandle<Lock> {
+    let locker = locker.clone();
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        locker
+            .obtain(&key, TTL, patient())
+            .await
+            .expect("the waiter obtains")
+    })
+}
+
+async fn obtained_promptly(waiter: tokio::task::JoinHandle<Lock>, what: &str) -> Lock {
+    tokio::time::timeout(PROMPTLY, waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the waiter was not woken by the release"))
+        .expect("the waiter task")
+}
+
+/// Subscribers of the channel on which releases of `key` are announced.
+fn listeners(server: &RedisServer, key: &str) -> i64 {
+    let reply: (String, i64) =
+        server.cmd(&["PUBSUB", "NUMSUB", &format!("lockmacro:released:{key}")]);
+    reply.1
+}
+
+/// Waits until `n` lockers listen for releases of `key`: they found it busy
+/// and are waiting.
+async fn until_listening(server: &RedisServer, key: &str, n: i64) {
+    for _ in 0..500 {
+        if listeners(server, key) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.fail(format_args!("nobody listens for releases of `{key}`"));
+}
+
+/// Calls per command since the last `CONFIG RESETSTAT`, `INFO` and `CONFIG`
+/// excluded.
+fn commands(server: &RedisServer) -> Vec<(String, u64)> {
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            (!name.starts_with("info") && !name.starts_with("config"))
+                .then(|| (name.to_owned(), calls))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waiter_obtains_as_soon_as_the_holder_releases() {
+    let server = RedisServer::start();
+    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let held = server.expect_ok(
+        holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let waiter = spawn_waiter(&waiter_locker, "job");
+    until_listening(&server, "job", 1).await;
+
+    server.expect_ok(held.release().await, "release");
+    let lock = obtained_promptly(waiter, "redis").await;
+    server.expect_ok(lock.release().await, "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waiter_sends_no_commands_while_it_waits() {
+    let server = RedisServer::start();
+    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let held = server.expect_ok(
+        holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let waiter = spawn_waiter(&waiter_locker, "job");
+    until_listening(&server, "job", 1).await;
+
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let sent = commands(&server);
+    assert!(sent.is_empty(), "a waiting locker sent commands: {sent:?}");
+
+    server.expect_ok(held.release().await, "release");
+    obtained_promptly(waiter, "after a quiet wait").await;
+}
+
+/// Obtains `key`, then releases it at once.
+fn spawn_relay(locker: &Locker, key: &str) -> tokio::task::JoinHandle<()> {
+    let waiter = spawn_waiter(locker, key);
+    tokio::spawn(async move {
+        let lock = waiter.await.expect("the waiter task");
+        lock.release().await.expect("release");
+    })
+}
+
+/// Four waiters on `waiter_locker` obtain the key one after the other once
+/// `held` is released: each hand-off depends on a release being heard.
+async fn relay(held: Lock, waiter_locker: &Locker, wait_until_waiting: impl Future<Output = ()>) {
+    let relays: Vec<_> = (0..4)
+        .map(|_| spawn_relay(waiter_locker, held.key()))
+        .collect();
+    wait_until_waiting.await;
+    held.release().await.expect("release");
+    tokio::time::timeout(PROMPTLY * 4, futures::future::join_all(relays))
+        .await
+        .expect("every waiter obtained in turn")
+        .into_iter()
+        .for_each(|relay| relay.expect("relay task"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waiters_on_one_locker_are_woken_in_turn() {
+    let server = RedisServer::start();
+    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    // The waiters share this locker's pub/sub connection and channel.
+    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let held = server.expect_ok(
+        holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    relay(held, &waiter_locker, until_listening(&server, "job", 1)).await;
+    assert_eq!(listeners(&server, "job"), 0, "the last waiter unsubscribed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_release_racing_the_first_attempts_is_not_missed() {
+    let server = RedisServer::start();
+    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    // The release lands anywhere around the waiter's first attempt, its
+    // subscription and its second attempt.
+    for round in 0..30u64 {
+        let held = server.expect_ok(
+            holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
+            "obtain",
+        );
+        let waiter = spawn_waiter(&waiter_locker, "job");
+        tokio::time::sleep(Duration::from_micros(round * 100)).await;
+        server.expect_ok(held.release().await, "release");
+        let lock = obtained_promptly(waiter, &format!("round {round}")).await;
+        server.expect_ok(lock.release().await, "release");
+    }
+}
+
+fn memory_lockers() -> (Locker, Locker) {
+    let memory = Arc::new(MemoryBackend::new());
+    (Locker::new(memory.clone()), Locker::new(memory))
+}
+
+/// The memory backend gives no sign that a waiter waits: give it time to.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_waiter_obtains_as_soon_as_the_holder_releases() {
+    let (holder_locker, waiter_locker) = memory_lockers();
+    let held = holder_locker
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(&waiter_locker, "job");
+    settle().await;
+    held.release().await.unwrap();
+    obtained_promptly(waiter, "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_waiters_are_woken_in_turn() {
+    let (holder_locker, waiter_locker) = memory_lockers();
+    let held = holder_locker
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .unwrap();
+    relay(held, &waiter_locker, settle()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_user_denied_the_release_channels_still_releases_and_waits_by_backoff() {
+    let server = RedisServer::start();
+    // Every command and key, but no pub/sub channel (Redis 7's default for new
+    // users): the release script's PUBLISH and the waiter's SUBSCRIBE are
+    // refused.
+    let () = server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "locks",
+        "on",
+        ">secret",
+        "~*",
+        "+@all",
+        "resetchannels",
+    ]);
+    let url = format!("redis://locks:secret@127.0.0.1:{}/", server.port());
+    let holder_locker = server.expect_ok(Locker::connect(&url).await, "connect");
+    let waiter_locker = server.expect_ok(Locker::connect(&url).await, "connect");
+    let held = server.expect_ok(
+        holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let retry = RetryStrategy::linear(Duration::from_millis(20)).deadline(Duration::from_secs(30));
+    let waiter = tokio::spawn(async move {
+        waiter_locker
+            .obtain("job", TTL, ObtainOptions::new().retry(retry))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.expect_ok(held.release().await, "release without PUBLISH rights");
+    let lock = tokio::time::timeout(PROMPTLY, waiter)
+        .await
+        .expect("the waiter obtains by backoff")
+        .expect("the waiter task");
+    server.expect_ok(lock, "obtain by backoff");
+}
