@@ -142,7 +142,7 @@ async fn run_instance(
     // Every instance walks the whole list: even ones from the front, odd ones
     // from the back, so that instances collide on the same users all along.
     for offset in 0..users {
-        let user = if instance % 2 == 0 {
+        let user = if instance.is_multiple_of(2) {
             offset
         } else {
             users - 1 - offset
