@@ -4,9 +4,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use redis::Script;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Script};
 
+use crate::backend::{backend_error, redact};
 use crate::{BackendError, BackendErrorKind, LockError};
 
 static FENCED_SET: LazyLock<Script> =
@@ -112,7 +113,7 @@ impl FencedStore {
                     "no answer in time",
                 )
             })?
-            .map_err(|err| failure(&server, "connect", err))?;
+            .map_err(|err| LockError::from(backend_error(&server, "connect", err)))?;
         Ok(FencedStore {
             inner: Inner::Redis { conn, server },
         })
@@ -147,7 +148,9 @@ impl FencedStore {
                     .arg(value)
                     .invoke_async(&mut conn.clone())
                     .await
-                    .map_err(|err| failure(server, &format!("fenced set `{key}`"), err))?;
+                    .map_err(|err| {
+                        LockError::from(backend_error(server, &format!("fenced set `{key}`"), err))
+                    })?;
                 Ok(written == 1)
             }
         }
@@ -168,34 +171,13 @@ impl FencedStore {
                     .arg("value")
                     .query_async(&mut conn.clone())
                     .await
-                    .map_err(|err| failure(server, &format!("fenced get `{key}`"), err))?;
+                    .map_err(|err| {
+                        LockError::from(backend_error(server, &format!("fenced get `{key}`"), err))
+                    })?;
                 Ok(token
                     .zip(value)
                     .map(|(token, value)| FencedValue { token, value }))
             }
         }
-    }
-}
-
-fn failure(server: &str, what: &str, err: RedisError) -> LockError {
-    let kind = if err.is_timeout() {
-        BackendErrorKind::Timeout
-    } else if err.is_connection_refusal() || err.is_connection_dropped() || err.is_io_error() {
-        BackendErrorKind::Unreachable
-    } else {
-        BackendErrorKind::Other
-    };
-    BackendError::new(kind, format!("{server}: {what}"), err.to_string())
-        .with_source(err)
-        .into()
-}
-
-/// The URL with any password hidden: error messages must not carry it.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
     }
 }

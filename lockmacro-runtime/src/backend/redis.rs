@@ -432,7 +432,7 @@ impl AsyncPushSender for Pushes {
 }
 
 /// The URL with its password hidden, for error messages.
-pub(super) fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
@@ -443,7 +443,7 @@ pub(super) fn redact(url: &str) -> String {
     }
 }
 
-pub(super) fn backend_error(server: &str, what: &str, err: RedisError) -> BackendError {
+pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> BackendError {
     let kind = match err.kind() {
         ErrorKind::AuthenticationFailed => BackendErrorKind::Authentication,
         ErrorKind::Server(ServerErrorKind::NoPerm) => BackendErrorKind::Permission,
