@@ -5,17 +5,9 @@ use std::time::Duration;
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
 use tokio::sync::oneshot;
 
-use crate::support::RedisServer;
+use crate::fixture::Fixture;
 
 const LONG: Duration = Duration::from_secs(30);
-
-async fn locker(server: &RedisServer) -> Locker {
-    server.expect_ok(Locker::connect(&server.url()).await, "connect")
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.cmd::<bool>(&["EXISTS", key])
-}
 
 /// Counts how often a body ran, so a test can show it never ran unlocked.
 #[derive(Default)]
@@ -103,16 +95,17 @@ impl Service {
     }
 }
 
-async fn service(server: &RedisServer) -> Service {
+async fn service(fixture: &Fixture) -> Service {
     Service {
-        locker: locker(server).await,
+        locker: fixture.locker().await,
         runs: Runs::default(),
     }
 }
 
-async fn hold(server: &RedisServer, key: &str) -> lockmacro_runtime::Lock {
-    server.expect_ok(
-        locker(server)
+async fn hold(fixture: &Fixture, key: &str) -> lockmacro_runtime::Lock {
+    fixture.check(
+        fixture
+            .locker()
             .await
             .obtain(key, LONG, ObtainOptions::new())
             .await,
@@ -120,11 +113,9 @@ async fn hold(server: &RedisServer, key: &str) -> lockmacro_runtime::Lock {
     )
 }
 
-#[tokio::test]
-async fn busy_under_error_returns_not_obtained_and_skips_the_body() {
-    let server = RedisServer::start();
-    let svc = service(&server).await;
-    let _held = hold(&server, "job:1").await;
+pub async fn busy_under_error_returns_not_obtained_and_skips_the_body(fixture: &Fixture) {
+    let svc = service(fixture).await;
+    let _held = hold(fixture, "job:1").await;
     let err = svc.errors_when_busy(1).await.unwrap_err();
     assert!(
         matches!(&err, LockError::NotObtained { key } if key == "job:1"),
@@ -133,11 +124,9 @@ async fn busy_under_error_returns_not_obtained_and_skips_the_body() {
     assert_eq!(svc.runs.count(), 0, "the body ran without the lock");
 }
 
-#[tokio::test]
-async fn busy_under_skip_returns_the_skipped_value_for_each_return_type() {
-    let server = RedisServer::start();
-    let svc = service(&server).await;
-    let _held = hold(&server, "job:1").await;
+pub async fn busy_under_skip_returns_the_skipped_value_for_each_return_type(fixture: &Fixture) {
+    let svc = service(fixture).await;
+    let _held = hold(fixture, "job:1").await;
     svc.skips_unit(1).await;
     assert_eq!(svc.skips_option(1).await, None);
     assert_eq!(svc.skips_result_unit(1).await, Ok(()));
@@ -150,11 +139,9 @@ async fn busy_under_skip_returns_the_skipped_value_for_each_return_type() {
     assert_eq!(svc.runs.count(), 2);
 }
 
-#[tokio::test]
-async fn backend_down_returns_a_backend_error_or_the_skipped_value() {
-    let mut server = RedisServer::start();
-    let svc = service(&server).await;
-    server.stop();
+pub async fn backend_down_returns_a_backend_error_or_the_skipped_value(fixture: &Fixture) {
+    let svc = service(fixture).await;
+    fixture.stop();
     let err = svc.errors_when_busy(1).await.unwrap_err();
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
     assert_eq!(svc.skips_option(1).await, None);
@@ -162,12 +149,10 @@ async fn backend_down_returns_a_backend_error_or_the_skipped_value() {
     assert_eq!(svc.runs.count(), 0, "a body ran without the lock");
 }
 
-#[tokio::test]
-async fn return_releases_the_lock_before_the_value_comes_back() {
-    let server = RedisServer::start();
-    let svc = service(&server).await;
+pub async fn return_releases_the_lock_before_the_value_comes_back(fixture: &Fixture) {
+    let svc = service(fixture).await;
     assert_eq!(svc.errors_when_busy(7).await.unwrap(), 7);
-    assert!(!exists(&server, "job:7"), "the key outlived the call");
+    assert!(!fixture.is_held("job:7").await, "the key outlived the call");
     assert_eq!(
         svc.errors_when_busy(7).await.unwrap(),
         7,
@@ -175,19 +160,15 @@ async fn return_releases_the_lock_before_the_value_comes_back() {
     );
 }
 
-#[tokio::test]
-async fn question_mark_return_releases_the_lock() {
-    let server = RedisServer::start();
-    let svc = service(&server).await;
+pub async fn question_mark_return_releases_the_lock(fixture: &Fixture) {
+    let svc = service(fixture).await;
     assert_eq!(svc.fails_early(3, true).await, Err(AppError::Domain));
-    assert!(!exists(&server, "job:3"));
+    assert!(!fixture.is_held("job:3").await);
     assert_eq!(svc.fails_early(3, false).await, Ok(3));
 }
 
-#[tokio::test]
-async fn panic_releases_the_lock_before_the_panic_resumes() {
-    let server = RedisServer::start();
-    let svc = Arc::new(service(&server).await);
+pub async fn panic_releases_the_lock_before_the_panic_resumes(fixture: &Fixture) {
+    let svc = Arc::new(service(fixture).await);
     let task = tokio::spawn({
         let svc = svc.clone();
         async move { svc.panics(5).await }
@@ -195,27 +176,28 @@ async fn panic_releases_the_lock_before_the_panic_resumes() {
     let err = task.await.unwrap_err();
     assert!(err.is_panic());
     // Checked at once: the release happened before the panic went on.
-    assert!(!exists(&server, "job:5"), "the key outlived the panic");
+    assert!(
+        !fixture.is_held("job:5").await,
+        "the key outlived the panic"
+    );
     assert_eq!(svc.runs.count(), 1);
 }
 
-#[tokio::test]
-async fn cancellation_stops_the_watchdog_and_releases_in_the_background() {
-    let server = RedisServer::start();
-    let svc = Arc::new(service(&server).await);
+pub async fn cancellation_stops_the_watchdog_and_releases_in_the_background(fixture: &Fixture) {
+    let svc = Arc::new(service(fixture).await);
     let (entered_tx, entered) = oneshot::channel();
     let call = tokio::spawn({
         let svc = svc.clone();
         async move { svc.waits_forever(9, entered_tx).await }
     });
     entered.await.unwrap();
-    assert!(exists(&server, "job:9"));
+    assert!(fixture.is_held("job:9").await);
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
     // The release is in flight; it must land well before the 30 s ttl.
     let retry = RetryStrategy::linear(Duration::from_millis(10)).deadline(Duration::from_secs(5));
-    let other = locker(&server).await;
-    server.expect_ok(
+    let other = fixture.locker().await;
+    fixture.check(
         other
             .obtain("job:9", LONG, ObtainOptions::new().retry(retry))
             .await,
@@ -240,10 +222,8 @@ async fn no_locker_configured_is_an_error_that_says_how_to_configure_one() {
     assert_eq!(uses_global_skip().await, None);
 }
 
-#[tokio::test]
-async fn design_card_line_locks_the_key_of_the_argument() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
+pub async fn design_card_line_locks_the_key_of_the_argument(fixture: &Fixture) {
+    let locker = fixture.locker().await;
     struct User {
         id: u64,
     }
@@ -252,28 +232,26 @@ async fn design_card_line_locks_the_key_of_the_argument() {
         locker: &Locker,
         u: &User,
         seen: &AtomicBool,
-        server: &RedisServer,
+        fixture: &Fixture,
     ) -> Result<(), LockError> {
         let _ = locker;
-        seen.store(server.cmd::<bool>(&["EXISTS", "user:42"]), Ordering::SeqCst);
+        seen.store(fixture.is_held("user:42").await, Ordering::SeqCst);
         Ok(())
     }
     let seen = AtomicBool::new(false);
-    bill(&locker, &User { id: 42 }, &seen, &server)
+    bill(&locker, &User { id: 42 }, &seen, fixture)
         .await
         .unwrap();
     assert!(
         seen.load(Ordering::SeqCst),
         "user:42 was not locked while the body ran"
     );
-    assert!(!exists(&server, "user:42"));
+    assert!(!fixture.is_held("user:42").await);
 }
 
-#[tokio::test]
-async fn wait_obtains_once_the_holder_releases() {
-    let server = RedisServer::start();
-    let svc = service(&server).await;
-    let held = hold(&server, "job:4").await;
+pub async fn wait_obtains_once_the_holder_releases(fixture: &Fixture) {
+    let svc = service(fixture).await;
+    let held = hold(fixture, "job:4").await;
     let released = Arc::new(AtomicBool::new(false));
     let release = tokio::spawn({
         let released = released.clone();
@@ -295,11 +273,9 @@ async fn wait_obtains_once_the_holder_releases() {
     release.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn wait_gives_up_at_its_deadline() {
-    let server = RedisServer::start();
-    let svc = service(&server).await;
-    let _held = hold(&server, "job:4").await;
+pub async fn wait_gives_up_at_its_deadline(fixture: &Fixture) {
+    let svc = service(fixture).await;
+    let _held = hold(fixture, "job:4").await;
     #[distributed_lock(key = "job:{id}", ttl = "30s", locker = locker, wait = "300ms")]
     async fn patient(locker: &Locker, id: u32) -> Result<(), LockError> {
         let _ = (locker, id);
@@ -310,10 +286,8 @@ async fn wait_gives_up_at_its_deadline() {
     assert!(start.elapsed() >= Duration::from_millis(300));
 }
 
-#[tokio::test]
-async fn fence_tokens_increase_per_key_and_guard_exposes_the_lock() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
+pub async fn fence_tokens_increase_per_key_and_guard_exposes_the_lock(fixture: &Fixture) {
+    let locker = fixture.locker().await;
     #[distributed_lock(key = "invoice:{n}", ttl = "30s", locker = locker, fence, guard = lock)]
     async fn write(locker: &Locker, n: u32) -> Result<(u64, String, bool), LockError> {
         let _ = locker;
@@ -333,10 +307,8 @@ async fn fence_tokens_increase_per_key_and_guard_exposes_the_lock() {
     assert_eq!(other, 1, "each key has its own counter");
 }
 
-#[tokio::test]
-async fn hold_at_least_keeps_the_key_after_the_body_ends() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
+pub async fn hold_at_least_keeps_the_key_after_the_body_ends(fixture: &Fixture) {
+    let locker = fixture.locker().await;
     #[distributed_lock(key = "nightly", ttl = "10s", locker = locker, hold_at_least = "20s")]
     async fn nightly(locker: &Locker, runs: &Runs) {
         let _ = locker;
@@ -344,8 +316,11 @@ async fn hold_at_least_keeps_the_key_after_the_body_ends() {
     }
     let runs = Runs::default();
     nightly(&locker, &runs).await;
-    let pttl: i64 = server.cmd(&["PTTL", "nightly"]);
-    assert!(pttl > 15_000 && pttl <= 20_000, "pttl {pttl}");
+    let left = fixture.lease_left("nightly").await;
+    assert!(
+        left.is_some_and(|left| left > Duration::from_secs(15) && left <= Duration::from_secs(20)),
+        "lease left {left:?}"
+    );
     nightly(&locker, &runs).await;
     assert_eq!(
         runs.count(),
@@ -354,42 +329,43 @@ async fn hold_at_least_keeps_the_key_after_the_body_ends() {
     );
 }
 
-#[tokio::test]
-async fn several_keys_are_taken_all_or_nothing() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
-    #[distributed_lock(keys = ["account:{from}", "account:{to}"], ttl = "30s", locker = locker)]
+pub async fn several_keys_are_taken_all_or_nothing(fixture: &Fixture) {
+    let locker = fixture.locker().await;
+    // The hash tag `{bank}` keeps both keys in one slot: a cluster takes
+    // several keys together only then.
+    #[distributed_lock(keys = ["{{bank}}:account:{from}", "{{bank}}:account:{to}"], ttl = "30s", locker = locker)]
     async fn transfer(
         locker: &Locker,
         from: u32,
         to: u32,
-        server: &RedisServer,
+        fixture: &Fixture,
     ) -> Result<(bool, bool), LockError> {
         let _ = locker;
-        let key = |n: u32| format!("account:{n}");
+        let key = |n: u32| format!("{{bank}}:account:{n}");
         Ok((
-            server.cmd(&["EXISTS", &key(from)]),
-            server.cmd(&["EXISTS", &key(to)]),
+            fixture.is_held(&key(from)).await,
+            fixture.is_held(&key(to)).await,
         ))
     }
     assert_eq!(
-        transfer(&locker, 1, 2, &server).await.unwrap(),
+        transfer(&locker, 1, 2, fixture).await.unwrap(),
         (true, true)
     );
-    let _held = hold(&server, "account:2").await;
+    let _held = hold(fixture, "{bank}:account:2").await;
     assert!(
-        transfer(&locker, 1, 2, &server)
+        transfer(&locker, 1, 2, fixture)
             .await
             .unwrap_err()
             .is_not_obtained()
     );
-    assert!(!exists(&server, "account:1"), "account:1 was left locked");
+    assert!(
+        !fixture.is_held("{bank}:account:1").await,
+        "{{bank}}:account:1 was left locked"
+    );
 }
 
-#[tokio::test]
-async fn nested_call_on_a_held_key_reenters_and_other_tasks_still_contend() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
+pub async fn nested_call_on_a_held_key_reenters_and_other_tasks_still_contend(fixture: &Fixture) {
+    let locker = fixture.locker().await;
 
     #[distributed_lock(key = "tenant:{t}", ttl = "30s", locker = locker, guard = inner)]
     async fn inner(locker: &Locker, t: u32) -> Result<String, LockError> {
@@ -417,5 +393,5 @@ async fn nested_call_on_a_held_key_reenters_and_other_tasks_still_contend() {
         "the nested call took a lock of its own"
     );
     assert!(contended, "another task re-entered a lock it does not hold");
-    assert!(!exists(&server, "tenant:1"));
+    assert!(!fixture.is_held("tenant:1").await);
 }

@@ -5,11 +5,7 @@ use std::time::Duration;
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, distributed_lock};
 use tokio::sync::oneshot;
 
-use crate::support::RedisServer;
-
-async fn locker(server: &RedisServer) -> Locker {
-    server.expect_ok(Locker::connect(&server.url()).await, "connect")
-}
+use crate::fixture::Fixture;
 
 /// Sets its flag when dropped: shows that a body's future was dropped.
 struct DropFlag(Arc<AtomicBool>);
@@ -20,11 +16,9 @@ impl Drop for DropFlag {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn body_longer_than_the_ttl_keeps_the_lock() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
-    let contender = self::locker(&server).await;
+pub async fn body_longer_than_the_ttl_keeps_the_lock(fixture: &Fixture) {
+    let locker = fixture.locker().await;
+    let contender = fixture.locker().await;
 
     #[distributed_lock(key = "report", ttl = "300ms", locker = locker, guard = lease)]
     async fn report(locker: &Locker, contender: &Locker) -> Result<u32, LockError> {
@@ -51,10 +45,8 @@ async fn body_longer_than_the_ttl_keeps_the_lock() {
     );
 }
 
-#[tokio::test]
-async fn lost_lease_under_abort_drops_the_body_and_returns_lost() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
+pub async fn lost_lease_under_abort_drops_the_body_and_returns_lost(fixture: &Fixture) {
+    let locker = fixture.locker().await;
 
     #[distributed_lock(key = "job", ttl = "600ms", locker = locker)]
     async fn job(
@@ -77,7 +69,7 @@ async fn lost_lease_under_abort_drops_the_body_and_returns_lost() {
     });
     entered.await.unwrap();
     // Someone else overwrites the key: the next refresh is refused.
-    let () = server.cmd(&["SET", "job", "someone-else", "PX", "30000"]);
+    fixture.overwrite("job", "someone-else").await;
     let err = call.await.unwrap().unwrap_err();
     assert!(
         matches!(&err, LockError::Lost { key } if key == "job"),
@@ -88,16 +80,14 @@ async fn lost_lease_under_abort_drops_the_body_and_returns_lost() {
         "the body's future was not dropped"
     );
     assert_eq!(
-        server.cmd::<String>(&["GET", "job"]),
-        "someone-else",
+        fixture.value("job").await.as_deref(),
+        Some("someone-else"),
         "the other owner's key was touched"
     );
 }
 
-#[tokio::test]
-async fn lost_lease_under_continue_lets_the_body_finish() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
+pub async fn lost_lease_under_continue_lets_the_body_finish(fixture: &Fixture) {
+    let locker = fixture.locker().await;
 
     #[distributed_lock(key = "job", ttl = "600ms", locker = locker, on_lost = "continue", guard = lease)]
     async fn job(locker: &Locker, entered: oneshot::Sender<()>) -> Result<bool, LockError> {
@@ -113,15 +103,13 @@ async fn lost_lease_under_continue_lets_the_body_finish() {
         async move { job(&locker, entered_tx).await }
     });
     entered.await.unwrap();
-    let () = server.cmd(&["SET", "job", "someone-else", "PX", "30000"]);
+    fixture.overwrite("job", "someone-else").await;
     assert!(call.await.unwrap().unwrap());
-    assert_eq!(server.cmd::<String>(&["GET", "job"]), "someone-else");
+    assert_eq!(fixture.value("job").await.as_deref(), Some("someone-else"));
 }
 
-#[tokio::test]
-async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
+pub async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable(fixture: &Fixture) {
+    let locker = fixture.locker().await;
 
     #[distributed_lock(key = "job", ttl = "1s", locker = locker)]
     async fn job(
@@ -140,12 +128,12 @@ async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable() {
         async move { job(&locker, entered_tx).await }
     });
     let body_started = entered.await.unwrap();
-    server.pause();
+    fixture.pause();
     // The refresh cannot be answered (the default response timeout, 3 s, is
     // longer than the ttl): only the local deadline can end the call.
     let result = tokio::time::timeout(Duration::from_secs(20), call).await;
     let lost_at = tokio::time::Instant::now();
-    server.resume();
+    fixture.resume();
     let err = result
         .expect("the call hung while Redis was paused")
         .unwrap()
@@ -153,7 +141,7 @@ async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable() {
     assert!(
         matches!(err, LockError::Lost { .. }),
         "{err:?}\n{}",
-        server.log()
+        fixture.logs()
     );
     // The lease was taken before the body started, so its deadline is at most
     // a ttl after that: the lease was not declared lost before the deadline.
@@ -164,10 +152,8 @@ async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable() {
     );
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn no_task_outlives_its_lock() {
-    let server = RedisServer::start();
-    let locker = locker(&server).await;
+pub async fn no_task_outlives_its_lock(fixture: &Fixture) {
+    let locker = fixture.locker().await;
     let metrics = tokio::runtime::Handle::current().metrics();
     let baseline = metrics.num_alive_tasks();
 
@@ -212,7 +198,7 @@ async fn no_task_outlives_its_lock() {
         "tasks outlived their locks"
     );
     assert!(
-        !server.cmd::<bool>(&["EXISTS", "other"]),
+        !fixture.is_held("other").await,
         "the cancelled call's key was not released"
     );
 }

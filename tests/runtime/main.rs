@@ -5,6 +5,7 @@
 mod support;
 
 mod cases;
+#[path = "../support/fixture.rs"]
 mod fixture;
 mod logs;
 mod redis;

@@ -1,0 +1,273 @@
+//! A backend under test, the same for every suite that runs its cases on each
+//! backend: lockers on it, and a look at its state that does not go through
+//! the library (the witness must not trust the lock). Included with
+//! `#[path = "../support/fixture.rs"] mod fixture;` next to `mod support;`.
+
+// Every test binary compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, RedisBackend};
+
+use crate::support::RedisServer;
+use crate::support::cluster::RedisCluster;
+
+/// Independent masters behind the Redlock fixture: the smallest count with a
+/// majority that is not everyone.
+const REDLOCK_MASTERS: usize = 3;
+const REDLOCK_QUORUM: usize = REDLOCK_MASTERS / 2 + 1;
+
+/// How long a killed node may take to close its connections.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A backend under test: hands out independent lockers on it (each with its
+/// own connections, for Redis), as separate processes would have.
+pub struct Fixture {
+    backend: Under,
+}
+
+enum Under {
+    Redis(RedisServer),
+    Cluster(RedisCluster),
+    Redlock(Vec<RedisServer>),
+    Memory(Arc<MemoryBackend>),
+}
+
+impl Fixture {
+    pub async fn redis() -> Self {
+        Fixture {
+            backend: Under::Redis(RedisServer::start()),
+        }
+    }
+
+    /// A fresh cluster of three masters with a replica each, per test: tests
+    /// share no keys, so none can see another's locks.
+    pub async fn cluster() -> Self {
+        let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .expect("starting the cluster");
+        Fixture {
+            backend: Under::Cluster(cluster),
+        }
+    }
+
+    pub async fn redlock() -> Self {
+        Fixture {
+            backend: Under::Redlock(RedisServer::start_many(REDLOCK_MASTERS)),
+        }
+    }
+
+    pub fn memory() -> Self {
+        Fixture {
+            backend: Under::Memory(Arc::new(MemoryBackend::new())),
+        }
+    }
+
+    /// A new locker on the shared backend.
+    pub async fn locker(&self) -> Locker {
+        match &self.backend {
+            Under::Redis(server) => {
+                Locker::new(server.expect_ok(RedisBackend::connect(&server.url()).await, "connect"))
+            }
+            Under::Cluster(cluster) => {
+                self.check(Locker::cluster(cluster.seeds()).await, "connect")
+            }
+            Under::Redlock(masters) => {
+                let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+                self.check(Locker::redlock(urls).await, "connect")
+            }
+            Under::Memory(memory) => Locker::new(memory.clone()),
+        }
+    }
+
+    /// Whether `key` is locked, as the store says: on Redis, the key exists on
+    /// the server, or on the master that serves its slot; on Redlock, it
+    /// exists on a majority of the masters. The in-memory store can only be
+    /// asked through a locker: another one cannot obtain the key.
+    pub async fn is_held(&self, key: &str) -> bool {
+        match &self.backend {
+            Under::Redis(server) => server.cmd(&["EXISTS", key]),
+            Under::Cluster(cluster) => cluster.node(cluster.master_for(key)).cmd(&["EXISTS", key]),
+            Under::Redlock(masters) => {
+                let holding = masters
+                    .iter()
+                    .filter(|master| master.cmd::<bool>(&["EXISTS", key]))
+                    .count();
+                holding >= REDLOCK_QUORUM
+            }
+            Under::Memory(memory) => {
+                let probe = Locker::new(memory.clone());
+                match probe
+                    .obtain(key, Duration::from_secs(5), ObtainOptions::new())
+                    .await
+                {
+                    Ok(lock) => {
+                        self.check(lock.release().await, "releasing the probe");
+                        false
+                    }
+                    Err(LockError::NotObtained { .. }) => true,
+                    Err(err) => panic!("probing {key}: {err:?}"),
+                }
+            }
+        }
+    }
+
+    /// What is left of the lease on `key`, as the store says; `None` when the
+    /// key is not there. On Redlock, the lease a majority still has: the
+    /// `quorum`-th longest. The in-memory store does not tell anyone but the
+    /// owner; cases that need this leave the memory backend out.
+    pub async fn lease_left(&self, key: &str) -> Option<Duration> {
+        let pttl = |node: &RedisServer| {
+            let millis: i64 = node.cmd(&["PTTL", key]);
+            u64::try_from(millis).ok().map(Duration::from_millis)
+        };
+        match &self.backend {
+            Under::Redis(server) => pttl(server),
+            Under::Cluster(cluster) => pttl(cluster.node(cluster.master_for(key))),
+            Under::Redlock(masters) => {
+                let mut left: Vec<Duration> = masters.iter().filter_map(pttl).collect();
+                left.sort_unstable_by(|a, b| b.cmp(a));
+                left.get(REDLOCK_QUORUM - 1).copied()
+            }
+            Under::Memory(_) => panic!("the memory backend does not show another owner's lease"),
+        }
+    }
+
+    /// Writes `value` under `key` for 30 s behind the library's back, as
+    /// another owner that took the key over would: on every master, for
+    /// Redlock. Not possible on the in-memory store.
+    pub async fn overwrite(&self, key: &str, value: &str) {
+        let set = |node: &RedisServer| {
+            let () = node.cmd(&["SET", key, value, "PX", "30000"]);
+        };
+        match &self.backend {
+            Under::Redis(server) => set(server),
+            Under::Cluster(cluster) => set(cluster.node(cluster.master_for(key))),
+            Under::Redlock(masters) => masters.iter().for_each(set),
+            Under::Memory(_) => panic!("the memory backend cannot be written behind its back"),
+        }
+    }
+
+    /// The value under `key`: for Redlock, the value a majority of the masters
+    /// agree on. Not possible on the in-memory store.
+    pub async fn value(&self, key: &str) -> Option<String> {
+        let get = |node: &RedisServer| node.cmd::<Option<String>>(&["GET", key]);
+        match &self.backend {
+            Under::Redis(server) => get(server),
+            Under::Cluster(cluster) => get(cluster.node(cluster.master_for(key))),
+            Under::Redlock(masters) => {
+                let values: Vec<Option<String>> = masters.iter().map(get).collect();
+                values
+                    .iter()
+                    .flatten()
+                    .find(|value| {
+                        values.iter().flatten().filter(|v| v == value).count() >= REDLOCK_QUORUM
+                    })
+                    .cloned()
+            }
+            Under::Memory(_) => panic!("the memory backend cannot be read behind its back"),
+        }
+    }
+
+    /// Kills every server behind the backend with SIGKILL, as a crash would,
+    /// so that calls fail; the harness reaps them when the fixture drops. An
+    /// in-memory store cannot become unreachable; cases that need this leave
+    /// the memory backend out.
+    pub fn stop(&self) {
+        self.servers().for_each(kill);
+    }
+
+    /// Freezes every server behind the backend: connections stay open,
+    /// nothing is answered. Not possible on the in-memory store.
+    pub fn pause(&self) {
+        self.servers().for_each(RedisServer::pause);
+    }
+
+    /// Undoes [`Fixture::pause`].
+    pub fn resume(&self) {
+        self.servers().for_each(RedisServer::resume);
+    }
+
+    /// The logs of every server, for a failure message.
+    pub fn logs(&self) -> String {
+        self.servers()
+            .map(|server| {
+                format!(
+                    "--- log of redis-server on port {} ---\n{}",
+                    server.port(),
+                    server.log().trim_end()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn servers(&self) -> Box<dyn Iterator<Item = &RedisServer> + '_> {
+        match &self.backend {
+            Under::Redis(server) => Box::new(std::iter::once(server)),
+            Under::Cluster(cluster) => Box::new(cluster.nodes().iter()),
+            Under::Redlock(masters) => Box::new(masters.iter()),
+            Under::Memory(_) => panic!("the memory backend has no servers"),
+        }
+    }
+
+    /// Panics with `what`, plus the server logs when there are servers.
+    #[track_caller]
+    pub fn check<T, E: std::fmt::Debug>(&self, result: Result<T, E>, what: &str) -> T {
+        match (&self.backend, result) {
+            (_, Ok(value)) => value,
+            (Under::Redis(server), Err(err)) => server.expect_ok(Err(err), what),
+            (Under::Cluster(cluster), Err(err)) => {
+                cluster.fail(format_args!("{what}: unexpected error: {err:?}"))
+            }
+            (Under::Redlock(masters), Err(err)) => {
+                let logs: Vec<String> = masters
+                    .iter()
+                    .map(|master| {
+                        format!(
+                            "--- log of master on port {} ---\n{}",
+                            master.port(),
+                            master.log()
+                        )
+                    })
+                    .collect();
+                panic!("{what}: unexpected error: {err:?}\n{}", logs.join("\n"))
+            }
+            (Under::Memory(_), Err(err)) => panic!("{what}: {err:?}"),
+        }
+    }
+}
+
+/// SIGKILL to `node`, then waits until it is a zombie: its sockets are closed
+/// by then, so the next call finds it gone. By pid rather than with
+/// [`RedisServer::stop`], which needs the server by `&mut`: the cluster
+/// harness hands out its nodes by `&` only.
+fn kill(node: &RedisServer) {
+    let pid = node.pid();
+    // SAFETY: `pid` is an unreaped child of this process, so it cannot have
+    // been reused.
+    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } == -1 {
+        node.fail(format_args!(
+            "cannot kill redis-server: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let deadline = std::time::Instant::now() + EXIT_TIMEOUT;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if state == Some('Z') {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            node.fail(format_args!(
+                "redis-server did not exit within {EXIT_TIMEOUT:?} (state {state:?})"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
