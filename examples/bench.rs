@@ -18,7 +18,11 @@
 //! Flags: `--cycles N` (S1 sequential cycles), `--tasks N` and `--task-cycles N`
 //! (S1 concurrent), `--workers N`, `--sections N`, `--body-us N`, `--poll-ms N`
 //! (S2/S3), `--leases N` and `--window-s N` (S4), `--macro-calls N`,
-//! `--only s1,s2,s4,macro`, `--no-pin`.
+//! `--only s1,s1-scale,s2,s4,macro`, `--no-pin`.
+//!
+//! `s1-scale` repeats S1 sequential on a 3-master Redis Cluster and on 3
+//! Redlock masters, which it starts too (the cluster needs `redis-cli`, or
+//! `LOCKMACRO_REDIS_CLI`); every server shares CPU 1.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -129,13 +133,21 @@ struct Server {
 
 impl Server {
     fn start(cpu: Option<usize>) -> Server {
+        Server::start_with(cpu, false)
+    }
+
+    /// With `cluster`, a node in cluster mode, whose bus gets a port of its
+    /// own: the default, port + 10000, does not exist above port 55535.
+    fn start_with(cpu: Option<usize>, cluster: bool) -> Server {
         let dir = tempfile::tempdir().expect("cannot create a temporary directory");
         // A port found free can be taken before the server binds it: try again.
         for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|listener| listener.local_addr())
-                .expect("no free port")
-                .port();
+            // Both bound at once, so that they differ.
+            let listeners: Vec<TcpListener> = (0..2)
+                .map(|_| TcpListener::bind("127.0.0.1:0").expect("no free port"))
+                .collect();
+            let [port, bus_port] = [0, 1].map(|i| listeners[i].local_addr().unwrap().port());
+            drop(listeners);
             let binary =
                 std::env::var_os("LOCKMACRO_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
             let mut command = Command::new(binary);
@@ -149,6 +161,14 @@ impl Server {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
+            if cluster {
+                command.args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-port",
+                    &bus_port.to_string(),
+                ]);
+            }
             if let Some(cpu) = cpu {
                 // SAFETY: `pin_to` only makes a system call, which is
                 // async-signal-safe, and does not allocate.
@@ -183,6 +203,44 @@ impl Server {
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
+}
+
+/// Three masters without replicas, joined by `redis-cli --cluster create`;
+/// returns once every node reports `cluster_state:ok`.
+fn start_cluster(cpu: Option<usize>) -> Vec<Server> {
+    let nodes: Vec<Server> = (0..3).map(|_| Server::start_with(cpu, true)).collect();
+    let cli = std::env::var_os("LOCKMACRO_REDIS_CLI").unwrap_or_else(|| "redis-cli".into());
+    let output = Command::new(cli)
+        .args(["--cluster", "create"])
+        .args(nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)))
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("cannot run redis-cli: install it or set LOCKMACRO_REDIS_CLI");
+    assert!(
+        output.status.success(),
+        "redis-cli --cluster create failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let started = Instant::now();
+    let ready = |node: &Server| {
+        let client = redis::Client::open(node.url()).unwrap();
+        client.get_connection().is_ok_and(|mut conn| {
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut conn)
+                .is_ok_and(|info| info.contains("cluster_state:ok"))
+        })
+    };
+    while !nodes.iter().all(ready) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the cluster did not come up within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nodes
 }
 
 impl Drop for Server {
@@ -421,6 +479,73 @@ async fn s1_concurrent(
         });
     }
     Ok(results)
+}
+
+/// S1 sequential through the runtime on each backend, after the floor and
+/// the runtime on the single server. The variants take turns, a tenth of the
+/// cycles at a time, so that a burst of load on the machine hits them alike.
+async fn s1_scale(
+    args: &Args,
+    url: &str,
+    cluster: &[Server],
+    masters: &[Server],
+) -> Result<Vec<Cycles>, Box<dyn std::error::Error>> {
+    const TURNS: usize = 10;
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let script = Script::new(CAD);
+    let lockers = [
+        Locker::connect(url).await?,
+        Locker::cluster(cluster.iter().map(Server::url)).await?,
+        Locker::redlock(masters.iter().map(Server::url)).await?,
+    ];
+    let names = [
+        "floor (SET NX PX + CAD)",
+        "runtime, single server",
+        "runtime, cluster (3)",
+        "runtime, redlock (3)",
+    ];
+    let mut latencies = vec![Vec::with_capacity(args.cycles); names.len()];
+    let mut elapsed = vec![Duration::ZERO; names.len()];
+    for turn in 0..TURNS {
+        let cycles = args.cycles * (turn + 1) / TURNS - args.cycles * turn / TURNS;
+        for (variant, latencies) in latencies.iter_mut().enumerate() {
+            let started = Instant::now();
+            for _ in 0..cycles {
+                let cycle = Instant::now();
+                match variant.checked_sub(1) {
+                    None => {
+                        let token = token();
+                        assert!(floor_acquire(&mut conn, "bench:s1s:floor", &token).await);
+                        floor_release(&mut conn, &script, "bench:s1s:floor", &token).await;
+                    }
+                    Some(locker) => {
+                        lockers[locker]
+                            .obtain("bench:s1s:runtime", TTL, ObtainOptions::default())
+                            .await?
+                            .release()
+                            .await?;
+                    }
+                }
+                latencies.push(cycle.elapsed());
+            }
+            elapsed[variant] += started.elapsed();
+        }
+    }
+    Ok(names
+        .into_iter()
+        .zip(latencies)
+        .zip(elapsed)
+        .map(|((name, mut latencies), elapsed)| {
+            latencies.sort_unstable();
+            Cycles {
+                name,
+                per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
+                latencies,
+                cpu: None,
+            }
+        })
+        .collect())
 }
 
 fn print_cycles(title: &str, results: &[Cycles]) {
@@ -852,6 +977,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     args.tasks, args.task_cycles
                 ),
                 &s1_concurrent(&args, &server).await?,
+            );
+        }
+        if args.runs("s1-scale") {
+            let server_cpu = pin.then_some(1);
+            let (cluster, masters) = tokio::task::spawn_blocking(move || {
+                let masters: Vec<Server> = (0..3).map(|_| Server::start(server_cpu)).collect();
+                (start_cluster(server_cpu), masters)
+            })
+            .await?;
+            print_cycles(
+                &format!(
+                    "S1 uncontended, sequential, per backend ({} cycles; cluster: 3 masters, \
+                     redlock: 3 masters, all on the server CPU)",
+                    args.cycles
+                ),
+                &s1_scale(&args, &url, &cluster, &masters).await?,
             );
         }
         if args.runs("s2") {
