@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use lockmacro_runtime::{
-    BackendErrorKind, LockError, Locker, ObtainOptions, RedisConfig, RedlockBackend,
+    BackendErrorKind, LockError, Locker, ObtainOptions, RedisConfig, RedlockBackend, RetryStrategy,
 };
 use tokio::time::Instant;
 
@@ -223,6 +223,116 @@ async fn refuses_with_three_of_five_masters_down() {
     );
 }
 
+/// One critical section of [`timed_increments`], on this process's monotonic
+/// clock.
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    task: usize,
+    round: usize,
+    /// Just after `obtain` returned.
+    start: Instant,
+    /// Just before the release was sent.
+    end: Instant,
+    /// [`Lock::deadline`](lockmacro_runtime::Lock::deadline): the lease is
+    /// valid until then, counted from when the request was sent.
+    deadline: Instant,
+}
+
+/// The witness of `witness::increments`, recording every section instead of
+/// failing on the first overlap: `ROUNDS` increments (GET, yield, SET) of a
+/// counter in a server of its own, per locker, each under the lock
+/// `counter-lock` for `ttl`. Returns the counter and the sections.
+async fn timed_increments(
+    lockers: Vec<Locker>,
+    counter: &RedisServer,
+    ttl: Duration,
+) -> (i64, Vec<Section>) {
+    let mut tasks = Vec::new();
+    for (task, locker) in lockers.into_iter().enumerate() {
+        let client = counter.client();
+        tasks.push(tokio::spawn(async move {
+            // Longer than the client's default (500 ms), which a stall of
+            // this process on a loaded machine can outlast: the counter's
+            // server is never frozen.
+            let config = redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(Duration::from_secs(10)));
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .unwrap();
+            let retry =
+                RetryStrategy::exponential(Duration::from_micros(200), Duration::from_millis(5))
+                    .deadline(Duration::from_secs(60));
+            let mut sections = Vec::with_capacity(witness::ROUNDS);
+            for round in 0..witness::ROUNDS {
+                // A backend error (no majority answered in time while a
+                // master is frozen) is retried: the witness checks safety,
+                // not availability.
+                let give_up = Instant::now() + Duration::from_secs(60);
+                let lock = loop {
+                    let options = ObtainOptions::new().retry(retry.clone());
+                    match locker.obtain("counter-lock", ttl, options).await {
+                        Ok(lock) => break lock,
+                        Err(LockError::Backend(_)) if Instant::now() < give_up => {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Err(err) => panic!("task {task}, round {round}: obtain: {err}"),
+                    }
+                };
+                let start = Instant::now();
+                let value: i64 = redis::cmd("GET")
+                    .arg("counter")
+                    .query_async::<Option<i64>>(&mut conn)
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                tokio::task::yield_now().await;
+                let () = redis::cmd("SET")
+                    .arg("counter")
+                    .arg(value + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                sections.push(Section {
+                    task,
+                    round,
+                    start,
+                    end: Instant::now(),
+                    deadline: lock.deadline(),
+                });
+                // A release that fails (a master frozen mid-run) leaves the
+                // key to expire, which is allowed.
+                let _ = lock.release().await;
+            }
+            sections
+        }));
+    }
+    let mut sections = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok(done) => sections.extend(done),
+            Err(err) => std::panic::resume_unwind(err.into_panic()),
+        }
+    }
+    let total = counter.cmd::<Option<i64>>(&["GET", "counter"]).unwrap_or(0);
+    (total, sections)
+}
+
+/// Pairs of sections that overlap, the one that started first first.
+fn overlaps(sections: &mut [Section]) -> Vec<(Section, Section)> {
+    sections.sort_by_key(|section| section.start);
+    let mut pairs = Vec::new();
+    for (i, first) in sections.iter().enumerate() {
+        for second in sections[i + 1..]
+            .iter()
+            .take_while(|second| second.start < first.end)
+        {
+            pairs.push((*first, *second));
+        }
+    }
+    pairs
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_master_paused_and_resumed_mid_run_never_yields_two_holders() {
     let masters = RedisServer::start_many(3);
@@ -233,9 +343,7 @@ async fn a_master_paused_and_resumed_mid_run_never_yields_two_holders() {
     }
     // With one of three frozen, every grant needs both others; a frozen
     // master wakes up with its old keys, longer than their ttl later.
-    // Long enough that a scheduling stall of this loaded machine does not
-    // outlast a lease inside the critical section.
-    let ttl = Duration::from_millis(1000);
+    let ttl = Duration::from_millis(500);
     let faults = async {
         for (index, frozen) in [(0, 300), (1, 1500), (2, 300), (0, 1500)] {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -244,8 +352,44 @@ async fn a_master_paused_and_resumed_mid_run_never_yields_two_holders() {
             masters[index].resume();
         }
     };
-    let (total, ()) = tokio::join!(witness::increments(lockers, &counter, ttl), faults);
-    assert_eq!(total, (witness::TASKS * witness::ROUNDS) as i64);
+    let ((total, mut sections), ()) =
+        tokio::join!(timed_increments(lockers, &counter, ttl), faults);
+
+    // A section can outlast its lease when this process stalls (a loaded
+    // machine, a long pause of the runtime), and the next holder may then
+    // start while it still runs: a lease is not a mutex. What the lock
+    // promises is that nobody starts while another holder's lease is valid
+    // by its own deadline, the moment this process stops trusting it.
+    let overlapping = overlaps(&mut sections);
+    for (first, second) in &overlapping {
+        assert!(
+            second.start >= first.deadline,
+            "task {} (round {}) started {:?} before the lease of task {} (round {}) ran \
+             out, while that section ran; {first:?}, {second:?}",
+            second.task,
+            second.round,
+            first.deadline - second.start,
+            first.task,
+            first.round,
+        );
+    }
+    let expected = (witness::TASKS * witness::ROUNDS) as i64;
+    assert_eq!(sections.len() as i64, expected);
+    // Every lost increment needs a section that overlapped it.
+    assert!(
+        total <= expected && total + overlapping.len() as i64 >= expected,
+        "counter {total} of {expected}, with {} overlapping pairs",
+        overlapping.len()
+    );
+    let overran = sections
+        .iter()
+        .filter(|section| section.end > section.deadline)
+        .count();
+    eprintln!(
+        "{} sections, {overran} ran past their deadline, {} overlapping pairs, counter {total}",
+        sections.len(),
+        overlapping.len(),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
