@@ -129,13 +129,15 @@ pub async fn lease_is_lost_on_its_local_deadline_while_redis_is_unreachable(fixt
     });
     let body_started = entered.await.unwrap();
     fixture.pause();
-    // The refresh cannot be answered (the default response timeout, 3 s, is
-    // longer than the ttl): only the local deadline can end the call.
+    // No refresh can succeed while every server is frozen (on one server and
+    // on the cluster a request waits for the response timeout, 3 s, longer
+    // than the ttl; Redlock gives up on each master after a tenth of the ttl
+    // and asks again): only the local deadline can end the call.
     let result = tokio::time::timeout(Duration::from_secs(20), call).await;
     let lost_at = tokio::time::Instant::now();
     fixture.resume();
     let err = result
-        .expect("the call hung while Redis was paused")
+        .expect("the call hung while the servers were paused")
         .unwrap()
         .unwrap_err();
     assert!(
