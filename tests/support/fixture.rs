@@ -115,7 +115,7 @@ impl Fixture {
     }
 
     /// What is left of the lease on `key`, as the store says; `None` when the
-    /// key is not there. On Redlock, the lease a majority still has: the
+    /// key is not there or never expires. On Redlock, the lease a majority still has: the
     /// `quorum`-th longest. The in-memory store does not tell anyone but the
     /// owner; cases that need this leave the memory backend out.
     pub async fn lease_left(&self, key: &str) -> Option<Duration> {
