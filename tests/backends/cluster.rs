@@ -251,7 +251,11 @@ async fn moved_redirection_is_followed() {
         "the lock is not on the new owner"
     );
     let counter: u64 = target_node.cmd(&["GET", "{job}:fence"]);
-    assert_eq!(lock.fence_token(), Some(counter), "counted on the new owner");
+    assert_eq!(
+        lock.fence_token(),
+        Some(counter),
+        "counted on the new owner"
+    );
     ok(&cluster, lock.refresh(LONG).await, "refresh");
     ok(&cluster, lock.release().await, "release");
 }

@@ -145,7 +145,11 @@ async fn works_with_two_of_five_masters_down() {
         let value: Option<String> = masters[index].cmd(&["GET", "job"]);
         assert!(value.is_some_and(|value| value.starts_with(lock.token())));
         let counter: Option<u64> = masters[index].cmd(&["GET", "{job}:fence"]);
-        assert_eq!(counter, lock.fence_token(), "written back to master {index}");
+        assert_eq!(
+            counter,
+            lock.fence_token(),
+            "written back to master {index}"
+        );
     }
     let busy = b
         .obtain("job", LONG, ObtainOptions::new())
