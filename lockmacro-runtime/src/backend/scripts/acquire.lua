@@ -49,8 +49,9 @@ end
 
 if #KEYS > n then
   if redis.call('EXISTS', KEYS[n + 1]) == 0 then
-    -- Concatenated, not added: Lua would format a sum above 1e14 with an
-    -- exponent. Scripts replicate their effects, so TIME is allowed here.
+    -- TIME gives seconds and microseconds as strings: joined, not added, so
+    -- that no double is involved. Scripts replicate their effects, so TIME
+    -- is allowed before a write.
     local now = redis.call('TIME')
     redis.call('SET', KEYS[n + 1], now[1] .. string.format('%06d', tonumber(now[2])))
   end
