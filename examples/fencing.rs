@@ -222,11 +222,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("the resource was never written")?;
 
     println!();
-    println!("| writer | fencing token | lease lost before writing | write    |");
-    println!("|--------|--------------:|---------------------------|----------|");
+    // Tokens start at the lock server's clock in microseconds: 16 digits.
+    println!("| writer |    fencing token | lease lost before writing | write    |");
+    println!("|--------|-----------------:|---------------------------|----------|");
     for (who, write) in [("A", &a), ("B", &b)] {
         println!(
-            "| {who:<6} | {:>13} | {:<25} | {:<8} |",
+            "| {who:<6} | {:>16} | {:<25} | {:<8} |",
             write.token,
             if write.lost_before_writing {
                 "yes"

@@ -83,8 +83,8 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), LockError> {
 //! let jobs = Jobs { locker: Locker::memory() };
 //! assert_eq!(jobs.nightly_report("2026-11-22").await.as_deref(), Some("report for 2026-11-22"));
-//! assert_eq!(jobs.write_invoice(9).await?, 1);
-//! assert_eq!(jobs.write_invoice(9).await?, 2);
+//! let first = jobs.write_invoice(9).await?;
+//! assert_eq!(jobs.write_invoice(9).await?, first + 1);
 //! # Ok(()) }
 //! ```
 //!
@@ -147,6 +147,24 @@
 //! The counter lives at `{K}:fence` for a lock key `K` (or `K:fence` when `K`
 //! already has a `{hashtag}`), so that it lands in the same Redis Cluster
 //! slot.
+//!
+//! Tokens are not small numbers: a counter that does not exist yet starts at
+//! the server's clock (`TIME`) in microseconds, then counts up by one per
+//! acquisition. That is what keeps tokens increasing when the counter is
+//! lost, as it is when a Redis server without persistence restarts, or a
+//! key is evicted: the new counter starts at the clock, above every token
+//! minted before. This rests on two assumptions:
+//!
+//! - the server's clock does not step back across the loss (a restart on
+//!   another machine whose clock is behind, a manual clock change);
+//! - a key is, on average, not acquired more than once per microsecond
+//!   between the counter's start and its loss. Each acquisition is a round
+//!   trip to the server, so this holds in practice.
+//!
+//! [`MemoryBackend`] seeds its counters from the system clock the same way.
+//! Under [`RedlockBackend`] each master seeds its own counter from its own
+//! clock, so the masters' clocks must also roughly agree. A server that
+//! keeps its data (`appendonly yes`) never needs the clock.
 //!
 //! The check belongs to the resource, where it can be made in the same step
 //! as the write. For a resource in Redis (or in this process), a

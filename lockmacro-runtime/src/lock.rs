@@ -23,7 +23,7 @@ use crate::{LockError, Locker};
 /// let locker = Locker::memory();
 /// let lock = locker.obtain("report", Duration::from_secs(10), ObtainOptions::new().fence()).await?;
 /// assert_eq!(lock.key(), "report");
-/// assert_eq!(lock.fence_token(), Some(1));
+/// assert!(lock.fence_token().is_some());
 /// lock.refresh(Duration::from_secs(10)).await?;
 /// assert!(lock.ttl().await? <= Duration::from_secs(10));
 /// lock.release().await?;

@@ -141,10 +141,15 @@ async fn works_with_two_of_five_masters_down() {
         a.obtain("job", LONG, ObtainOptions::new().fence()).await,
         "obtain with 3 of 5",
     );
-    assert_eq!(lock.fence_token(), Some(1));
     for &index in &up {
         let value: Option<String> = masters[index].cmd(&["GET", "job"]);
         assert!(value.is_some_and(|value| value.starts_with(lock.token())));
+        let counter: Option<u64> = masters[index].cmd(&["GET", "{job}:fence"]);
+        assert_eq!(
+            counter,
+            lock.fence_token(),
+            "written back to master {index}"
+        );
     }
     let busy = b
         .obtain("job", LONG, ObtainOptions::new())
@@ -154,13 +159,14 @@ async fn works_with_two_of_five_masters_down() {
     ok(&masters, lock.refresh(LONG).await, "refresh with 3 of 5");
     let left = ok(&masters, lock.ttl().await, "ttl with 3 of 5");
     assert!(left > Duration::from_secs(20), "{left:?}");
+    let first = lock.fence_token().expect("fenced");
     ok(&masters, lock.release().await, "release with 3 of 5");
     let next = ok(
         &masters,
         b.obtain("job", LONG, ObtainOptions::new().fence()).await,
         "obtain after release",
     );
-    assert_eq!(next.fence_token(), Some(2));
+    assert_eq!(next.fence_token(), Some(first + 1));
 
     // Connecting needs a majority too, not every master.
     let late = ok(
@@ -463,8 +469,10 @@ async fn fence_tokens_increase_when_majorities_differ() {
     let locker = locker(&masters).await;
     let fenced = || ObtainOptions::new().fence();
     // Counters drift apart when a master grants an attempt that fails
-    // elsewhere; made here by hand.
-    let () = masters[0].cmd(&["SET", "{job}:fence", "100"]);
+    // elsewhere; made here by hand, far above the clock-seeded counters the
+    // others start with.
+    const AHEAD: u64 = 5_000_000_000_000_000;
+    let () = masters[0].cmd(&["SET", "{job}:fence", &AHEAD.to_string()]);
     let counter = |master: &RedisServer| master.cmd::<Option<u64>>(&["GET", "{job}:fence"]);
 
     masters[1].stop();
@@ -473,10 +481,14 @@ async fn fence_tokens_increase_when_majorities_differ() {
         locker.obtain("job", LONG, fenced()).await,
         "first",
     );
-    assert_eq!(first.fence_token(), Some(101), "the largest counter wins");
+    assert_eq!(
+        first.fence_token(),
+        Some(AHEAD + 1),
+        "the largest counter wins"
+    );
     ok(&masters, first.release().await, "release first");
     // Written back to every master that granted it.
-    assert_eq!(counter(&masters[2]), Some(101));
+    assert_eq!(counter(&masters[2]), Some(AHEAD + 1));
 
     // The next majority leaves out the master that had the largest counter,
     // and still counts past it.
@@ -487,19 +499,19 @@ async fn fence_tokens_increase_when_majorities_differ() {
         locker.obtain("job", LONG, fenced()).await,
         "second",
     );
-    assert_eq!(second.fence_token(), Some(102));
+    assert_eq!(second.fence_token(), Some(AHEAD + 2));
     ok(&masters, second.release().await, "release second");
 
-    // A master that forgot its counter (restarted without persistence) is
-    // outvoted here, as both others carry the last token. In general a
-    // restart voids the guarantee, as documented.
+    // A master that forgot its counter (restarted without persistence)
+    // starts again from its clock, below AHEAD here: both others carry the
+    // last token, and the largest wins.
     masters[0].restart();
     let third = ok(
         &masters,
         locker.obtain("job", LONG, fenced()).await,
         "third",
     );
-    assert_eq!(third.fence_token(), Some(103));
+    assert_eq!(third.fence_token(), Some(AHEAD + 3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -171,24 +171,22 @@ pub async fn explicit_fence_key_is_used_and_namespaced(fx: &Fixture) {
         billing.obtain("a", LONG, once().fence_key("shared")).await,
         "obtain a",
     );
-    let second = fx.check(
-        billing.obtain("b", LONG, once().fence_key("shared")).await,
-        "obtain b",
-    );
-    assert_eq!(first.fence_token(), Some(1));
-    assert_eq!(
-        second.fence_token(),
-        Some(2),
-        "both locks count on one fence key"
-    );
     let other = fx.check(
         base.obtain("c", LONG, once().fence_key("shared")).await,
         "obtain c",
     );
+    let second = fx.check(
+        billing.obtain("b", LONG, once().fence_key("shared")).await,
+        "obtain b",
+    );
+    let first = first.fence_token().expect("fenced");
+    assert!(other.fence_token().is_some());
+    // Had the namespace not applied to the fence key, `c` would have counted
+    // on the same counter in between, and `b` would be `first + 2`.
     assert_eq!(
-        other.fence_token(),
-        Some(1),
-        "the namespace applies to the fence key"
+        second.fence_token(),
+        Some(first + 1),
+        "both locks count on one fence key, and `c` on another"
     );
 }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod proxy;
 pub mod redis;
 
 #[allow(unused_imports)] // Likewise: not every test binary starts a server.

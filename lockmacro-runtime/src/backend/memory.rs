@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -10,7 +10,8 @@ use crate::LockError;
 
 /// Locks held in this process's memory, with the same semantics as Redis:
 /// leases expire on the tokio clock, tokens guard refresh and release, fence
-/// counters survive release, several keys are taken all or none.
+/// counters survive release (and start at the system clock in microseconds),
+/// several keys are taken all or none.
 ///
 /// For programs that run as a single process, for examples, and for unit tests
 /// of code that uses locks (it follows `tokio::time::pause`). It cannot
@@ -119,7 +120,12 @@ impl State {
         }
         let retried = ours == req.keys.len();
         let fence = req.fence_key.map(|fence_key| {
-            let counter = self.fences.entry(fence_key.to_owned()).or_default();
+            // Seeded from the clock like the Redis script's, so that tokens
+            // from a restarted process still exceed those of the one before.
+            let counter = self
+                .fences
+                .entry(fence_key.to_owned())
+                .or_insert_with(clock_micros);
             // A retry after a lost reply gets the token minted the first time.
             if !retried {
                 *counter += 1;
@@ -161,6 +167,16 @@ impl State {
                 .is_some_and(|lease| lease.owned_by(token))
         })
     }
+}
+
+/// The system clock in microseconds since the Unix epoch: where a new fence
+/// counter starts.
+fn clock_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        })
 }
 
 fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {

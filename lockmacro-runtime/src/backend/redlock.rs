@@ -59,9 +59,11 @@ const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 /// held). Any two majorities share a master, so the next holder's token is
 /// larger: **tokens strictly increase as long as no master loses its
 /// counter**. A master restarted without persistence forgets its counter (and
-/// its locks); a later majority that includes it can then mint a token lower
-/// than an earlier one. Where tokens matter, run the masters with
-/// `appendonly yes` and `appendfsync always`. Taking only the largest counter
+/// its locks); its new counter starts at its clock in microseconds (see
+/// [Fencing tokens](crate#fencing-tokens)), above every token minted before
+/// as long as the masters' clocks roughly agree and none steps back. Where
+/// tokens must not rest on clocks, run the masters with `appendonly yes` and
+/// `appendfsync always`. Taking only the largest counter
 /// would not be enough: counters drift apart whenever an attempt fails after
 /// some masters granted it, and the write-back is what makes the shared
 /// master carry the latest token. It costs a second round trip, for fenced

@@ -1,5 +1,7 @@
 -- Takes KEYS[1..n] for ARGV[2] ms with value ARGV[1], all or none.
--- KEYS[n+1], when present, is the fence counter: INCR'd and returned.
+-- KEYS[n+1], when present, is the fence counter: INCR'd and returned. A
+-- missing counter (never used, or lost with the server's data) starts at the
+-- server's clock in microseconds, so tokens keep increasing across data loss.
 -- ARGV[3] = n.
 -- Returns {1, fence or 0} when taken, {0, index, pttl} when KEYS[index] is held.
 -- Taking keys that already hold exactly ARGV[1] succeeds: that is a retry of
@@ -46,6 +48,13 @@ else
 end
 
 if #KEYS > n then
+  if redis.call('EXISTS', KEYS[n + 1]) == 0 then
+    -- TIME gives seconds and microseconds as strings: joined, not added, so
+    -- that no double is involved. Scripts replicate their effects, so TIME
+    -- is allowed before a write.
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[n + 1], now[1] .. string.format('%06d', tonumber(now[2])))
+  end
   return {1, redis.call('INCR', KEYS[n + 1])}
 end
 return {1, 0}

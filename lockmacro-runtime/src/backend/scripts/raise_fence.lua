@@ -4,6 +4,10 @@
 -- lock; writing it back to each of them, while the lock is still held there,
 -- keeps tokens increasing for the next holder, whose majority shares at least
 -- one of these masters.
+-- A master that lost its counter (restarted without persistence) had it seeded
+-- from its clock by the acquire script just before; raising it never lowers it.
+-- tonumber is exact: counters seeded from a clock in microseconds stay below
+-- 2^53 until the year 2255.
 -- Returns 1 when the lock was still held (and the counter is now >= ARGV[2]),
 -- 0 otherwise, changing nothing.
 local n = #KEYS - 1

@@ -1,0 +1,19 @@
+//! The fault suite: each claim about what the library does when something
+//! fails (a holder process killed, Redis frozen, restarted or cut off, a slow
+//! or broken network) shown against real `redis-server` processes, with ttls
+//! around a second so that it runs in bounded time.
+//!
+//! Exclusion is checked by a witness (`witness.rs`) that does not trust the
+//! lock: it records every critical section on the monotonic clock and checks
+//! that none overlap, that no update is lost and that no stale fenced write is
+//! accepted.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod chaos;
+mod network;
+mod pause;
+mod process;
+mod restart;
+mod witness;

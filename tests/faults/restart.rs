@@ -1,0 +1,111 @@
+//! Redis restarted without persistence while a lock is held: the lease and
+//! the fence counter are gone. The holder learns it at its next refresh, a new
+//! holder gets in at once, and fencing tokens still increase, because a lost
+//! counter starts again from the server's clock.
+
+use std::time::Duration;
+
+use lockmacro_runtime::{FencedStore, LockError, Locker, MemoryBackend, ObtainOptions};
+use tokio::time::Instant;
+
+use crate::support::RedisServer;
+
+const TTL: Duration = Duration::from_secs(3);
+const REFRESH: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_loses_the_lease_but_fence_tokens_keep_increasing() {
+    let mut server = RedisServer::start();
+    let resource = RedisServer::start();
+    let store = resource.expect_ok(FencedStore::connect(&resource.url()).await, "connect");
+    let holder = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let newcomer = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+
+    // Several acquisitions before the restart, so that the old counter is
+    // past its seed.
+    let mut old = 0;
+    for _ in 0..3 {
+        let lock = server.expect_ok(
+            holder
+                .obtain("job", TTL, ObtainOptions::new().fence())
+                .await,
+            "obtain",
+        );
+        old = lock.fence_token().unwrap();
+        server.expect_ok(lock.release().await, "release");
+    }
+    // Refreshed rarely, so that the restart falls between two refreshes.
+    let guard = server
+        .expect_ok(
+            holder
+                .obtain("job", TTL, ObtainOptions::new().fence())
+                .await,
+            "obtain",
+        )
+        .keep_alive_every(REFRESH);
+    let held = guard.fence_token().unwrap();
+    assert!(held > old);
+    assert!(resource.expect_ok(store.set("job", "before", held).await, "write"));
+
+    server.restart();
+    let counter: Option<u64> = server.cmd(&["GET", "{job}:fence"]);
+    assert_eq!(counter, None, "the restart kept the counter");
+
+    // The limit: the key is gone with the data, so a new holder gets in at
+    // once, while the old one, which has not refreshed since, still has time
+    // left on its local deadline. Only fencing protects the resource now.
+    let lock = server.expect_ok(
+        newcomer
+            .obtain("job", TTL, ObtainOptions::new().fence())
+            .await,
+        "a new holder right after the restart",
+    );
+    let left = guard.deadline().saturating_duration_since(Instant::now());
+    println!("the old holder still had {left:?} of its lease when the new one got in");
+    assert!(
+        !guard.is_lost(),
+        "the old holder knew before its next refresh (the restart took over {REFRESH:?}?)"
+    );
+    let new = lock.fence_token().unwrap();
+    println!("fence token before the restart {held}, after {new}");
+    assert!(new > held, "token {new} after the restart, {held} before");
+    assert!(resource.expect_ok(store.set("job", "after", new).await, "write"));
+    assert!(
+        !resource.expect_ok(store.set("job", "stale", held).await, "stale write"),
+        "the resource accepted the old holder's write after the new holder's"
+    );
+
+    // The old holder learns it at its next refresh, which is refused.
+    tokio::time::timeout(REFRESH + Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the holder did not learn that its lease was gone");
+    assert!(
+        matches!(guard.ttl().await, Err(LockError::NotHeld { .. })),
+        "the old holder's token still holds the key"
+    );
+}
+
+#[tokio::test]
+async fn memory_fence_tokens_increase_across_backends() {
+    // A process that restarts gets a new, empty memory backend.
+    let ttl = Duration::from_secs(5);
+    let before = Locker::new(MemoryBackend::new());
+    let mut old = 0;
+    for _ in 0..100 {
+        let lock = before
+            .obtain("job", ttl, ObtainOptions::new().fence())
+            .await
+            .unwrap();
+        old = lock.fence_token().unwrap();
+        lock.release().await.unwrap();
+    }
+    // The new counter starts at the clock in microseconds: a millisecond
+    // later, it is past the 100 tokens minted since the old one started.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let after = Locker::new(MemoryBackend::new());
+    let lock = after
+        .obtain("job", ttl, ObtainOptions::new().fence())
+        .await
+        .unwrap();
+    assert!(lock.fence_token().unwrap() > old);
+}
