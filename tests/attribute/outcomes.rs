@@ -305,9 +305,11 @@ pub async fn fence_tokens_increase_per_key_and_guard_exposes_the_lock(fixture: &
     assert_eq!(key, "invoice:1");
     assert!(!lost);
     assert!(t2 > t1, "{t2} after {t1}");
-    // Each key has its own counter: taking invoice:2 in between did not move
-    // invoice:1's, which went up by exactly one per lock.
-    assert_eq!((t2, t3), (t1 + 1, t1 + 2), "invoice:2 got {other}");
+    // Taking invoice:2 in between does not break invoice:1's sequence. (By
+    // how much a token steps is the backend's business: one per lock on a
+    // single counter, more under Redlock, whose masters seed their counters
+    // from their own clocks; see the runtime suite.)
+    assert!(t3 > t2, "{t3} after {t2}, with invoice:2 at {other}");
 }
 
 pub async fn hold_at_least_keeps_the_key_after_the_body_ends(fixture: &Fixture) {
