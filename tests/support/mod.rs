@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod redis;
+pub mod tls;
 
 #[allow(unused_imports)] // Likewise: not every test binary starts a server.
 pub use self::redis::RedisServer;
