@@ -93,6 +93,21 @@ async fn server_certificate_from_an_untrusted_ca_is_refused() {
 }
 
 #[tokio::test]
+async fn server_certificate_for_another_name_is_refused() {
+    // The certificate names 127.0.0.1 and localhost; the server also listens
+    // on 127.0.0.2, a name the certificate does not give.
+    let ca = TestCa::generate();
+    let server = RedisServer::start_tls(&ca, &["--bind", "127.0.0.1", "127.0.0.2"]);
+    let url = format!("rediss://127.0.0.2:{}/", server.port());
+    let (kind, message) = connect_failure_with(&url, trusting(&ca)).await;
+    assert_eq!(kind, BackendErrorKind::Tls, "{message}");
+    assert!(
+        message.contains("certificate not valid for name \"127.0.0.2\""),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn rediss_to_a_plain_port_times_out_and_says_to_use_redis() {
     // The server reads the TLS greeting as the start of a command and waits
     // for the rest of it: the client sees silence, not an error.
