@@ -2,10 +2,12 @@
 //! authority made for the test and given to the client with
 //! `RedisConfig::tls_root_certificate`.
 
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockmacro_runtime::{
-    BackendErrorKind, LockError, Locker, RedisBackend, RedisConfig, RedlockBackend, RetryStrategy,
+    BackendErrorKind, ClusterBackend, LockError, Locker, RedisBackend, RedisConfig, RedlockBackend,
+    RetryStrategy,
 };
 use redis::Value;
 
@@ -159,4 +161,74 @@ async fn root_certificate_that_is_not_pem_is_refused() {
             "{message}"
         );
     }
+}
+
+/// Three TLS-only masters joined into a cluster whose bus also runs over
+/// TLS, created with `redis-cli --tls`; returns once every node reports
+/// `cluster_state:ok`.
+fn tls_cluster(ca: &TestCa) -> Vec<RedisServer> {
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--tls-cluster",
+        "yes",
+        "--cluster-node-timeout",
+        "1000",
+    ];
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_tls(ca, &args)).collect();
+    let cli = std::env::var_os("LOCKMACRO_REDIS_CLI")
+        .filter(|cli| !cli.is_empty())
+        .unwrap_or_else(|| "redis-cli".into());
+    let mut command = Command::new(cli);
+    command
+        .arg("--tls")
+        .arg("--cacert")
+        .arg(ca.ca_cert())
+        .args(["--cluster", "create"]);
+    for node in &nodes {
+        command.arg(format!("127.0.0.1:{}", node.port()));
+    }
+    command
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut cli = command.spawn().expect("cannot run redis-cli");
+    // `redis-cli --cluster create` waits for the nodes to meet without a
+    // time limit of its own.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = nodes.iter().all(|node| {
+            let info: String = node.cmd(&["CLUSTER", "INFO"]);
+            info.lines().any(|line| line.trim() == "cluster_state:ok")
+        });
+        if ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = cli.kill();
+            let _ = cli.wait();
+            nodes[0].fail("the TLS cluster did not reach cluster_state:ok within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = cli.wait().expect("waiting for redis-cli");
+    assert!(status.success(), "redis-cli --cluster create: {status}");
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_works_over_tls() {
+    let ca = TestCa::generate();
+    let nodes = tokio::task::block_in_place(|| tls_cluster(&ca));
+    let seeds: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let backend = ClusterBackend::connect_with(&seeds, trusting(&ca)).await;
+    let locker = Locker::new(nodes[0].expect_ok(backend, "connect over TLS"));
+    let lock = nodes[0].expect_ok(locker.obtain("job", LONG, once().fence()).await, "obtain");
+    let keys: i64 = nodes.iter().map(|node| node.cmd::<i64>(&["DBSIZE"])).sum();
+    assert_eq!(keys, 2, "the lock and its fence counter");
+    nodes[0].expect_ok(lock.refresh(LONG).await, "refresh");
+    nodes[0].expect_ok(lock.release().await, "release");
+    let keys: i64 = nodes.iter().map(|node| node.cmd::<i64>(&["DBSIZE"])).sum();
+    assert_eq!(keys, 1, "the fence counter outlives the lock");
 }

@@ -61,12 +61,14 @@ impl TestCa {
             "-subj",
             "/CN=localhost",
         ]);
+        // clientAuth as well: cluster nodes present it to each other on a
+        // TLS cluster bus, which always checks the peer.
         fs::write(
             ca.path("server.ext"),
             "subjectAltName=IP:127.0.0.1,DNS:localhost\n\
              basicConstraints=critical,CA:FALSE\n\
              keyUsage=critical,digitalSignature\n\
-             extendedKeyUsage=serverAuth\n",
+             extendedKeyUsage=serverAuth,clientAuth\n",
         )
         .expect("cannot write server.ext");
         ca.openssl(&[
