@@ -105,6 +105,10 @@ pub enum BackendErrorKind {
     Authentication,
     /// The user lacks a permission the library needs (Redis ACL).
     Permission,
+    /// The TLS handshake failed: the server's certificate is not trusted or
+    /// not for that host name, the port does not speak TLS, or the root
+    /// certificate given cannot be read. Retrying does not help.
+    Tls,
     /// Any other error reported by the server or the client.
     Other,
 }

@@ -201,6 +201,17 @@
 //! Refresh and release are compare-then-act Lua scripts: they act only while
 //! the value still starts with the token.
 //!
+//! ## TLS and Redis users
+//!
+//! `rediss://` URLs connect with TLS (rustls), trusting the system's roots or,
+//! with [`RedisConfig::tls_root_certificate`], only the CA you give. A Redis
+//! user restricted by ACLs needs the scripts (`+evalsha +script|load`), the
+//! commands they call, the lock and fence keys and, for wake-ups, the release
+//! channels; the README's "Permissions a Redis user needs" has the exact
+//! `ACL SETUSER` line. A missing permission fails with
+//! [`BackendErrorKind::Permission`], naming what to grant; a failed handshake
+//! with [`BackendErrorKind::Tls`].
+//!
 //! ## Errors
 //!
 //! Every failure is a [`LockError`]: the key is busy, the lock is no longer

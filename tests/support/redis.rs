@@ -18,8 +18,10 @@ use std::sync::mpsc::{self, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Connection, FromRedisValue};
+use redis::{Client, Connection, FromRedisValue, TlsCertificates};
 use tempfile::TempDir;
+
+use super::tls::TestCa;
 
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -46,6 +48,16 @@ pub struct RedisServer {
     args: Vec<String>,
     password: Option<String>,
     dir: TempDir,
+    /// Set by [`RedisServer::start_tls`]: the server listens with TLS only.
+    tls: Option<Tls>,
+}
+
+/// What a TLS-only server was started with.
+struct Tls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    ca_pem: Vec<u8>,
 }
 
 enum StartError {
@@ -65,6 +77,26 @@ impl RedisServer {
     /// override them.
     #[track_caller]
     pub fn start_with(args: &[&str]) -> Self {
+        Self::start_configured(args, None)
+    }
+
+    /// Starts a server that accepts TLS only (`--port 0 --tls-port PORT`), with the
+    /// server certificate of `ca`, and extra arguments. [`RedisServer::port`] is the
+    /// TLS port, [`RedisServer::url`] a `rediss://` URL, and [`RedisServer::client`]
+    /// trusts `ca`.
+    #[track_caller]
+    pub fn start_tls(ca: &TestCa, args: &[&str]) -> Self {
+        let tls = Tls {
+            cert: ca.server_cert(),
+            key: ca.server_key(),
+            ca: ca.ca_cert(),
+            ca_pem: ca.ca_pem(),
+        };
+        Self::start_configured(args, Some(tls))
+    }
+
+    #[track_caller]
+    fn start_configured(args: &[&str], tls: Option<Tls>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockmacro-redis-")
             .tempdir()
@@ -78,6 +110,7 @@ impl RedisServer {
             password: flag_value(&args, "--requirepass"),
             args,
             dir,
+            tls,
         };
         let mut attempts = 0;
         loop {
@@ -113,9 +146,15 @@ impl RedisServer {
         servers
     }
 
-    /// `redis://127.0.0.1:PORT/`, without the `--requirepass` password.
+    /// `redis://127.0.0.1:PORT/` (`rediss://` for a TLS server), without the
+    /// `--requirepass` password.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     pub fn port(&self) -> u16 {
@@ -188,13 +227,23 @@ impl RedisServer {
         }
     }
 
-    /// A client for the server, authenticated when it was started with `--requirepass`.
+    /// A client for the server, authenticated when it was started with `--requirepass`,
+    /// trusting the test CA of a TLS server.
     pub fn client(&self) -> Client {
         let url = match &self.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            Some(password) => self.url().replacen("://", &format!("://:{password}@"), 1),
             None => self.url(),
         };
-        Client::open(url).expect("the server's URL is valid")
+        match &self.tls {
+            None => Client::open(url).expect("the server's URL is valid"),
+            Some(tls) => {
+                let certificates = TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(tls.ca_pem.clone()),
+                };
+                Client::build_with_tls(url, certificates).expect("the test CA is valid PEM")
+            }
+        }
     }
 
     /// A new synchronous connection from [`RedisServer::client`], with 5 s timeouts.
@@ -331,6 +380,19 @@ impl RedisServer {
             .arg(self.dir.path());
         if let Some(bus_port) = self.bus_port {
             command.arg("--cluster-port").arg(bus_port.to_string());
+        }
+        if let Some(tls) = &self.tls {
+            // The plain port is closed: only TLS clients get in.
+            command
+                .args(["--port", "0", "--tls-port"])
+                .arg(self.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args(["--tls-auth-clients", "no"]);
         }
         // Configuration errors are printed before the log file is opened.
         command

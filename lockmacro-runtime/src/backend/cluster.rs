@@ -6,7 +6,7 @@ use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
     ACQUIRE, ACQUIRE_LUA, REFRESH, REFRESH_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
-    acquired, backend_error, millis, pttl, redact,
+    acquired, backend_error, install_crypto_provider, millis, pttl, redact,
 };
 use super::slot::check_same_slot;
 use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN};
@@ -116,7 +116,25 @@ impl ClusterBackend {
         }
         let addrs: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
         let name = format!("redis cluster {}", addrs.join(","));
-        let client = ClusterClientBuilder::new(infos)
+        let tls = infos
+            .iter()
+            .all(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }));
+        if tls {
+            install_crypto_provider();
+        }
+        let mut builder = ClusterClientBuilder::new(infos);
+        if let Some(certificates) = config.tls_certificates(&name)? {
+            if !tls {
+                return Err(LockError::InvalidUrl {
+                    url: addrs.join(","),
+                    reason: "a TLS root certificate is configured but not every seed uses \
+                             TLS; use `rediss://`"
+                        .into(),
+                });
+            }
+            builder = builder.certs(certificates);
+        }
+        let client = builder
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.response_timeout)
             .retries(RETRIES)

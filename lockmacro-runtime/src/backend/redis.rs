@@ -7,9 +7,11 @@ use redis::aio::{
     AsyncPushSender, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection, SendError,
 };
 use redis::{
-    AsyncConnectionConfig, ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisError, Script,
-    ServerErrorKind, Value,
+    AsyncConnectionConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, ProtocolVersion,
+    PushInfo, PushKind, RedisError, Script, ServerErrorKind, TlsCertificates, Value,
 };
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use tokio::sync::watch;
 
 use super::{AcquireRequest, Acquired, Backend, BoxFuture, ReleaseListener, TOKEN_LEN};
@@ -28,7 +30,8 @@ pub(super) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(REFRE
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(super) static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(REMAINING_LUA));
 
-/// Connection settings for [`RedisBackend`].
+/// Connection settings for [`RedisBackend`], [`ClusterBackend`](super::ClusterBackend)
+/// and [`RedlockBackend`](super::RedlockBackend).
 ///
 /// ```
 /// use std::time::Duration;
@@ -44,6 +47,17 @@ pub(super) static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(REM
 pub struct RedisConfig {
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
+    pub(super) tls_root: Option<RootCertificate>,
+}
+
+/// PEM text of the certificates to trust; shown by its size only.
+#[derive(Clone)]
+pub(super) struct RootCertificate(Vec<u8>);
+
+impl std::fmt::Debug for RootCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RootCertificate({} bytes of PEM)", self.0.len())
+    }
 }
 
 impl Default for RedisConfig {
@@ -51,6 +65,7 @@ impl Default for RedisConfig {
         RedisConfig {
             connect_timeout: Duration::from_secs(3),
             response_timeout: Duration::from_secs(3),
+            tls_root: None,
         }
     }
 }
@@ -68,6 +83,106 @@ impl RedisConfig {
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
+    }
+
+    /// Trusts the certificate authorities in `pem` (one or more PEM
+    /// certificates, as in a `ca.crt` file) for `rediss://` connections,
+    /// *instead of* the system's roots: for servers whose certificate is
+    /// signed by a private CA.
+    ///
+    /// Without it, `rediss://` trusts the operating system's certificate
+    /// store. The server's certificate must name the host of the URL (a DNS
+    /// name, or the IP address as a subject alternative name). A `redis://`
+    /// URL with a root certificate is refused, rather than connecting without
+    /// TLS.
+    ///
+    /// TLS is provided by rustls with the *ring* crypto provider, installed as
+    /// the process default on the first `rediss://` connection unless the
+    /// program installed another one before.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+    ///
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let config = RedisConfig::default().tls_root_certificate(ca);
+    /// let backend = RedisBackend::connect_with("rediss://redis.internal:6380/", config).await?;
+    /// let locker = Locker::new(backend);
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(RootCertificate(pem.into()));
+        self
+    }
+
+    /// The certificates to trust, checked: `server` names the server in the
+    /// error when `pem` holds no certificate.
+    pub(super) fn tls_certificates(
+        &self,
+        server: &str,
+    ) -> Result<Option<TlsCertificates>, LockError> {
+        let Some(RootCertificate(pem)) = &self.tls_root else {
+            return Ok(None);
+        };
+        let unusable = |reason: String| -> LockError {
+            BackendError::new(
+                BackendErrorKind::Tls,
+                format!("{server}: connect"),
+                format!(
+                    "the root certificate given to `RedisConfig::tls_root_certificate` {reason}"
+                ),
+            )
+            .into()
+        };
+        let mut count = 0;
+        for certificate in CertificateDer::pem_slice_iter(pem) {
+            certificate.map_err(|err| unusable(format!("is not valid PEM: {err}")))?;
+            count += 1;
+        }
+        if count == 0 {
+            return Err(unusable(
+                "holds no certificate (expected `-----BEGIN CERTIFICATE-----`)".into(),
+            ));
+        }
+        Ok(Some(TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.clone()),
+        }))
+    }
+}
+
+/// Makes *ring* the process's rustls crypto provider, unless one is already
+/// installed. rustls picks a provider by itself only when exactly one is
+/// compiled in; another crate of the program may bring `aws-lc-rs` as well,
+/// and TLS connections would then fail.
+pub(super) fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A client for `url` with `config`'s TLS settings; `Err` for a URL that
+/// cannot be parsed or a root certificate that cannot be used with it.
+fn open_client(url: &str, config: &RedisConfig) -> Result<redis::Client, LockError> {
+    let invalid = |reason: String| LockError::InvalidUrl {
+        url: redact(url),
+        reason,
+    };
+    let info = url
+        .into_connection_info()
+        .map_err(|err| invalid(err.to_string()))?;
+    let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    if tls {
+        install_crypto_provider();
+    }
+    let name = format!("redis {}", info.addr());
+    match config.tls_certificates(&name)? {
+        None => redis::Client::open(info).map_err(|err| invalid(err.to_string())),
+        Some(_) if !tls => Err(invalid(
+            "a TLS root certificate is configured but the URL does not use TLS; \
+             use `rediss://`"
+                .into(),
+        )),
+        Some(certificates) => redis::Client::build_with_tls(info, certificates)
+            .map_err(|err| invalid(err.to_string())),
     }
 }
 
@@ -126,11 +241,12 @@ impl RedisBackend {
 
     /// Connects to the server at `url` with `config`.
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
-        let client = redis::Client::open(url).map_err(|err| LockError::InvalidUrl {
-            url: redact(url),
-            reason: err.to_string(),
-        })?;
+        let client = open_client(url, &config)?;
         let name = format!("redis {}", client.get_connection_info().addr());
+        let tls = matches!(
+            client.get_connection_info().addr(),
+            ConnectionAddr::TcpTls { .. }
+        );
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.response_timeout))
@@ -144,13 +260,17 @@ impl RedisBackend {
         let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
             .await
             .map_err(|_| {
+                let mut message = "no answer in time".to_owned();
+                if tls {
+                    message.push_str(TLS_SILENCE);
+                }
                 BackendError::new(
                     BackendErrorKind::Timeout,
                     format!("{name}: connect"),
-                    "no answer in time",
+                    message,
                 )
             })?
-            .map_err(|err| backend_error(&name, "connect", err))?;
+            .map_err(|err| connect_error(&name, tls, err))?;
         preload(conn.clone(), config.response_timeout).await;
         let wakeups = Arc::new(Wakeups::new(&client, &config));
         Ok(RedisBackend {
@@ -190,8 +310,8 @@ impl RedisBackend {
 /// Loads every script in one round trip, so that the first burst of calls
 /// (a watchdog refreshing thousands of leases at once) finds them cached
 /// instead of each call being refused with `NOSCRIPT`, loading the script and
-/// sending again. Best effort: a user not allowed `SCRIPT LOAD` still runs the
-/// scripts, loaded on first use as before.
+/// sending again. Best effort: a user not allowed `SCRIPT LOAD` is told so by
+/// the first call that needs a script the server does not have.
 async fn preload(mut conn: ConnectionManager, timeout: Duration) {
     let mut pipe = redis::pipe();
     for source in [ACQUIRE_LUA, REFRESH_LUA, RELEASE_LUA, REMAINING_LUA] {
@@ -444,9 +564,26 @@ pub(crate) fn redact(url: &str) -> String {
 }
 
 pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> BackendError {
+    if let Some(tls) = tls_failure(&err) {
+        let message = format!(
+            "TLS handshake failed: {tls} (is the port a TLS port, and does the server's \
+             certificate name this host and chain to a trusted root? see \
+             `RedisConfig::tls_root_certificate`)"
+        );
+        return BackendError::new(BackendErrorKind::Tls, format!("{server}: {what}"), message)
+            .with_source(err);
+    }
     let kind = match err.kind() {
         ErrorKind::AuthenticationFailed => BackendErrorKind::Authentication,
         ErrorKind::Server(ServerErrorKind::NoPerm) => BackendErrorKind::Permission,
+        // A command called by a script is refused with a plain error.
+        ErrorKind::Server(ServerErrorKind::ResponseError)
+            if SCRIPT_DENIED
+                .iter()
+                .any(|words| err.to_string().contains(words)) =>
+        {
+            BackendErrorKind::Permission
+        }
         _ if err.is_timeout() => BackendErrorKind::Timeout,
         _ if err.is_connection_refusal() || err.is_connection_dropped() || err.is_io_error() => {
             BackendErrorKind::Unreachable
@@ -455,15 +592,98 @@ pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> Backen
     };
     let message = match kind {
         BackendErrorKind::Authentication => format!("authentication failed: {err}"),
-        BackendErrorKind::Permission => format!(
-            "permission denied: {err} (the Redis user needs +eval +evalsha +script|load \
-             and access to the lock keys)"
-        ),
+        BackendErrorKind::Permission => {
+            format!(
+                "permission denied: {err}; {}",
+                permission_fix(&err.to_string())
+            )
+        }
         BackendErrorKind::Timeout => format!("no answer in time: {err}"),
         BackendErrorKind::Unreachable => format!("server unreachable: {err}"),
-        BackendErrorKind::Other => err.to_string(),
+        BackendErrorKind::Tls | BackendErrorKind::Other => err.to_string(),
     };
     BackendError::new(kind, format!("{server}: {what}"), message).with_source(err)
+}
+
+/// How Redis 7.0 (first) and later versions word the refusal of a command
+/// called by a script.
+const SCRIPT_DENIED: [&str; 2] = ["can't run this command", "ACL failure in script"];
+
+/// What to grant, after the server's refusal `denied`.
+fn permission_fix(denied: &str) -> String {
+    let all = "the library needs `+evalsha +script|load` (and `+eval` on a cluster), the \
+               commands its scripts call (`+get +set +pexpire +pttl +del +incr +publish`), \
+               `+subscribe +unsubscribe`, the lock keys and their fence keys \
+               (`~<namespace>:* ~{<namespace>:*`) and the channels \
+               `&lockmacro:released:<namespace>:*`; see \"Permissions a Redis user needs\" \
+               in the README";
+    let command = denied
+        .split("run the '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next());
+    match command {
+        Some(command) => {
+            format!("allow the command with `ACL SETUSER <user> +{command}`; {all}")
+        }
+        None if SCRIPT_DENIED.iter().any(|words| denied.contains(words)) => {
+            format!("a command called by the lock scripts was refused; {all}")
+        }
+        None if denied.contains("key") => format!(
+            "allow the keys with `ACL SETUSER <user> ~<namespace>:* ~{{<namespace>:*`; {all}"
+        ),
+        None if denied.contains("channel") => {
+            format!("allow the channels with `ACL SETUSER <user> &lockmacro:released:*`; {all}")
+        }
+        None => all.to_owned(),
+    }
+}
+
+/// The TLS error behind `err`, when the TLS layer failed it (rustls reports
+/// through `std::io::Error`, whose `source` skips the error it wraps).
+fn tls_failure(err: &RedisError) -> Option<String> {
+    let inner = std::error::Error::source(err)?
+        .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()?;
+    let inner: &(dyn std::error::Error + 'static) = &**inner;
+    let inner = match inner.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref()?,
+        None => inner,
+    };
+    let tls = inner.is::<rustls::Error>() || inner.is::<rustls::pki_types::InvalidDnsNameError>();
+    tls.then(|| inner.to_string())
+}
+
+/// Why a `rediss://` connect may time out: a plain-text port reads the TLS
+/// greeting as the start of a command and waits for the rest.
+const TLS_SILENCE: &str = " (the TLS handshake got no reply: if the port is not the \
+                           server's `tls-port`, use a `redis://` URL)";
+
+/// A failed connect of a [`RedisBackend`]: `tls` tells whether the URL asked
+/// for TLS.
+fn connect_error(server: &str, tls: bool, err: RedisError) -> BackendError {
+    let closed = !tls && err.is_connection_dropped() && !err.is_connection_refusal();
+    let text = err.to_string();
+    let error = backend_error(server, "connect", err);
+    if tls && error.kind() == BackendErrorKind::Timeout {
+        return BackendError::new(
+            BackendErrorKind::Timeout,
+            format!("{server}: connect"),
+            format!("no answer in time: {text}{TLS_SILENCE}"),
+        )
+        .with_source(error);
+    }
+    if closed && error.kind() == BackendErrorKind::Unreachable {
+        // A TLS-only port drops a plain-text client without a word.
+        return BackendError::new(
+            BackendErrorKind::Unreachable,
+            format!("{server}: connect"),
+            format!(
+                "the server closed the connection before answering ({text}); if the port \
+                 accepts only TLS, use a `rediss://` URL"
+            ),
+        )
+        .with_source(error);
+    }
+    error
 }
 
 pub(super) fn millis(ttl: Duration) -> String {

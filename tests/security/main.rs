@@ -1,0 +1,16 @@
+//! Bad and hostile input, Redis users with restricted permissions, and TLS,
+//! against real `redis-server` processes: keys that look like hash tags,
+//! protocol or control characters, tokens that try to pass for the owner's,
+//! ACL users that lack a permission (and the smallest set that works), and
+//! connections that cannot work (wrong password, TLS on one side only, a host
+//! that does not exist).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod acl;
+mod connect;
+mod fixture;
+mod keys;
+mod tls;
+mod tokens;
