@@ -146,7 +146,11 @@
 //!
 //! The counter lives at `{K}:fence` for a lock key `K` (or `K:fence` when `K`
 //! already has a `{hashtag}`), so that it lands in the same Redis Cluster
-//! slot.
+//! slot. One kind of key defeats this: a key with a `}` but no hashtag
+//! (`a}b`, `{}x`), whose derived counter gets a tag of its own. A cluster
+//! refuses such a fenced lock with [`LockError::InvalidKey`] naming both keys;
+//! give the key a `{tag}` or name the counter with
+//! [`ObtainOptions::fence_key`].
 //!
 //! Tokens are not small numbers: a counter that does not exist yet starts at
 //! the server's clock (`TIME`) in microseconds, then counts up by one per

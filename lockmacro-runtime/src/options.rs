@@ -32,7 +32,8 @@ pub enum Fencing {
     Off,
     /// Counter at the key derived from the lock key: `{K}:fence`, or
     /// `K:fence` when `K` already has a `{hashtag}`, so that both share a
-    /// Redis Cluster slot.
+    /// Redis Cluster slot (except for a key with a `}` but no hashtag, which
+    /// a cluster refuses with a fence; see the crate docs on fencing).
     Derived,
     /// Counter at this key (prefixed by the locker's namespace).
     Key(String),

@@ -80,21 +80,56 @@ impl RedisCluster {
         command
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null());
-        let output = match command.output() {
-            Ok(output) => output,
+        // Its output goes to a file, so that it can be shown after the
+        // process was killed for taking too long.
+        let log = tempfile::tempfile().unwrap_or_else(|error| {
+            self.fail(format_args!(
+                "cannot make a file for redis-cli's output: {error}"
+            ))
+        });
+        let clone = |file: &std::fs::File| {
+            file.try_clone()
+                .unwrap_or_else(|error| self.fail(format_args!("cannot clone a file: {error}")))
+        };
+        command
+            .stdout(Stdio::from(clone(&log)))
+            .stderr(Stdio::from(clone(&log)));
+        let mut child = match command.spawn() {
+            Ok(child) => child,
             Err(error) => self.fail(format_args!(
                 "cannot run `{}`: {error}; the cluster tests need redis-cli (Debian package \
                  redis-tools), or set LOCKMACRO_REDIS_CLI",
                 cli_binary().to_string_lossy(),
             )),
         };
-        if !output.status.success() {
-            self.fail(format_args!(
-                "redis-cli --cluster create failed ({}):\n{}{}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr),
-            ));
+        // redis-cli waits without end for nodes that never meet.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => thread::sleep(POLL_INTERVAL),
+                Ok(None) | Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        let output = {
+            use std::io::{Read, Seek};
+            let mut log = log;
+            let mut text = String::new();
+            let _ = log.rewind().and_then(|()| log.read_to_string(&mut text));
+            text
+        };
+        match status {
+            Some(status) if status.success() => {}
+            Some(status) => self.fail(format_args!(
+                "redis-cli --cluster create failed ({status}):\n{output}"
+            )),
+            None => self.fail(format_args!(
+                "redis-cli --cluster create did not finish within {READY_TIMEOUT:?}:\n{output}"
+            )),
         }
     }
 

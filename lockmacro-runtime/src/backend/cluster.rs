@@ -40,7 +40,9 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 /// (only the text between the first `{` and `}` is hashed): `{order:7}:stock`
 /// and `{order:7}:payment`, or put the tag in the namespace
 /// (`with_namespace("{billing}")`) to keep every key of a locker in one slot.
-/// The derived fence key (`{K}:fence`) always shares its lock's slot.
+/// The derived fence key (`{K}:fence`) shares its lock's slot, except for a
+/// key with a `}` but no hashtag (`a}b`, `{}x`): such a fenced lock is refused
+/// the same way.
 ///
 /// # Failover
 ///

@@ -115,13 +115,19 @@ pub trait Backend: Send + Sync + 'static {
         token: &'a str,
     ) -> BoxFuture<'a, Result<Option<Duration>, LockError>>;
 
-    /// How much shorter than `ttl` a lease must be taken to be, locally, to
-    /// allow for clock drift between this process and the servers. A lease
-    /// taken or refreshed at `sent` is trusted until `sent + ttl - drift`.
-    /// Zero by default (one server, whose expiry starts after `sent`).
+    /// How much shorter than `ttl` a lease must be taken to be, locally. A
+    /// lease taken or refreshed at `sent` is trusted until
+    /// `sent + ttl - drift`.
+    ///
+    /// The server's expiry starts after `sent`, so on one server the local
+    /// deadline alone is never late; but a holder stops its work some time
+    /// after the deadline fires (the timer, the scheduler, dropping the body),
+    /// and clocks run at slightly different rates. The default,
+    /// `ttl / 100 + 2 ms` (the margin the Redlock algorithm uses), leaves
+    /// room for both, so that the holder has stopped before the server can
+    /// let anyone else in.
     fn drift(&self, ttl: Duration) -> Duration {
-        let _ = ttl;
-        Duration::ZERO
+        ttl / 100 + Duration::from_millis(2)
     }
 
     /// Starts listening for releases of `key`, for a caller about to try a

@@ -619,10 +619,4 @@ impl Backend for RedlockBackend {
             Ok(left.get(self.inner.quorum - 1).copied())
         })
     }
-
-    /// 1% of the ttl plus 2 ms, as the Redis documentation suggests: the
-    /// masters' clocks may run a little faster than this process's.
-    fn drift(&self, ttl: Duration) -> Duration {
-        ttl / 100 + Duration::from_millis(2)
-    }
 }
