@@ -120,7 +120,7 @@ async fn user_without_a_command_the_scripts_call_is_told_so() {
         "{message}"
     );
     assert!(
-        message.contains("+get +set +pexpire +pttl +del +incr +publish"),
+        message.contains("+get +set +pexpire +pttl +del +incr +time +publish"),
         "{message}"
     );
 }
@@ -141,7 +141,7 @@ async fn readme_permissions_are_enough_for_locks_fences_and_wakeups() {
         holder.obtain("user:1", LONG, once().fence()).await,
         "obtain",
     );
-    assert_eq!(lock.fence_token(), Some(1));
+    assert!(lock.fence_token().is_some());
     server.expect_ok(lock.refresh(LONG).await, "refresh");
     server.expect_ok(lock.ttl().await, "ttl");
     let explicit = once().fence_key("invoices");
@@ -197,7 +197,7 @@ async fn readme_permissions_are_enough_for_redlock() {
         .obtain("user:1", LONG, once().fence())
         .await
         .expect("obtain");
-    assert_eq!(lock.fence_token(), Some(1));
+    assert!(lock.fence_token().is_some());
     lock.refresh(LONG).await.expect("refresh");
     lock.release().await.expect("release");
     for master in &masters {
@@ -230,7 +230,7 @@ async fn readme_permissions_and_the_cluster_extras_are_enough_for_a_cluster() {
         .obtain("user:1", LONG, once().fence())
         .await
         .expect("obtain");
-    assert_eq!(lock.fence_token(), Some(1));
+    assert!(lock.fence_token().is_some());
     lock.refresh(LONG).await.expect("refresh");
     lock.release().await.expect("release");
     for node in cluster.nodes() {

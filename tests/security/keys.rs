@@ -211,7 +211,9 @@ async fn round_trip(fx: &Fixture, locker: &Locker, rival: &Locker, key: &str) ->
         rival.obtain(key, LONG, once().fence()).await,
         &format!("obtain {shown} again"),
     );
-    assert_eq!(next.fence_token(), Some(fence + 1), "{shown}");
+    // Up by one on a single counter; under Redlock, by the largest counter
+    // of the new majority, whose masters seeded their counters apart.
+    assert!(next.fence_token() > Some(fence), "{shown}");
     fx.check(next.release().await, &format!("release {shown} again"));
     Some(fence_key)
 }

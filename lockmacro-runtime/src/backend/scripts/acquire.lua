@@ -48,7 +48,7 @@ else
 end
 
 if #KEYS > n then
-  if redis.call('EXISTS', KEYS[n + 1]) == 0 then
+  if not redis.call('GET', KEYS[n + 1]) then
     -- TIME gives seconds and microseconds as strings: joined, not added, so
     -- that no double is involved. Scripts replicate their effects, so TIME
     -- is allowed before a write.
