@@ -213,7 +213,7 @@ pub mod __private;
 
 pub use crate::backend::{
     AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, MemoryBackend, RedisBackend,
-    RedisConfig, RedlockBackend, ReleaseListener, TOKEN_LEN,
+    RedisConfig, RedlockBackend, RefreshRequest, ReleaseListener, TOKEN_LEN,
 };
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
