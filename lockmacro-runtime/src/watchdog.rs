@@ -41,11 +41,19 @@ pub(crate) struct Watchdog {
     wake: Notify,
 }
 
-#[derive(Debug, Default)]
+/// A moment as nanoseconds since `State::epoch`: half the size of an
+/// `Instant`, which matters at 100,000 leases.
+type Tick = u64;
+
+/// `Watched::due` while a refresh is in flight.
+const IN_FLIGHT: Tick = Tick::MAX;
+
+#[derive(Debug)]
 struct State {
+    epoch: Instant,
     leases: HashMap<u64, Watched>,
     /// Every watched lease once, by when to look at it next (`Watched::queued`).
-    queue: BTreeSet<(Instant, u64)>,
+    queue: BTreeSet<(Tick, u64)>,
     next_id: u64,
     running: bool,
 }
@@ -53,12 +61,35 @@ struct State {
 #[derive(Debug)]
 struct Watched {
     lease: Arc<Lease>,
-    period: Duration,
-    /// When the next refresh is due (unused while one is in flight).
-    due: Instant,
+    /// Nanoseconds between refreshes.
+    period: Tick,
+    /// When the next refresh is due, or [`IN_FLIGHT`].
+    due: Tick,
     /// Its key in `State::queue`.
-    queued: Instant,
-    in_flight: bool,
+    queued: Tick,
+}
+
+impl Watched {
+    fn in_flight(&self) -> bool {
+        self.due == IN_FLIGHT
+    }
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            epoch: Instant::now(),
+            leases: HashMap::new(),
+            queue: BTreeSet::new(),
+            next_id: 0,
+            running: false,
+        }
+    }
+}
+
+/// `duration` in nanoseconds; saturates below [`IN_FLIGHT`].
+fn nanos(duration: Duration) -> Tick {
+    Tick::try_from(duration.as_nanos()).map_or(IN_FLIGHT - 1, |n| n.min(IN_FLIGHT - 1))
 }
 
 /// What became of one lease's refresh.
@@ -72,7 +103,15 @@ enum Outcome {
 }
 
 impl State {
-    fn requeue(&mut self, id: u64, at: Instant) {
+    fn tick(&self, at: Instant) -> Tick {
+        nanos(at.saturating_duration_since(self.epoch))
+    }
+
+    fn instant(&self, tick: Tick) -> Instant {
+        self.epoch + Duration::from_nanos(tick)
+    }
+
+    fn requeue(&mut self, id: u64, at: Tick) {
         if let Some(watched) = self.leases.get_mut(&id) {
             self.queue.remove(&(watched.queued, id));
             watched.queued = at;
@@ -101,9 +140,14 @@ impl Watchdog {
     /// Starts refreshing `lease` every `period`; returns the id to
     /// [`unwatch`](Self::unwatch) it with.
     pub(crate) fn watch(self: &Arc<Self>, lease: Arc<Lease>, period: Duration) -> u64 {
-        let due = Instant::now() + period;
-        let queued = due.min(lease.timing().deadline);
+        let deadline = lease.timing().deadline;
         let mut state = self.state();
+        let period = nanos(period);
+        let due = state
+            .tick(Instant::now())
+            .saturating_add(period)
+            .min(IN_FLIGHT - 1);
+        let queued = due.min(state.tick(deadline));
         let id = state.next_id;
         state.next_id += 1;
         // The task sleeps until the first key of the queue: it only needs
@@ -116,7 +160,6 @@ impl Watchdog {
                 period,
                 due,
                 queued,
-                in_flight: false,
             },
         );
         state.queue.insert((queued, id));
@@ -173,8 +216,9 @@ impl Watchdog {
 /// Declares lost the leases whose deadline passed, sends the refreshes that
 /// are due, and returns when to look again.
 fn start_due(state: &mut State, in_flight: &mut JoinSet<Vec<(u64, Outcome)>>) -> Instant {
-    let now = Instant::now();
-    let horizon = now + COALESCE;
+    let now = state.tick(Instant::now());
+    let coalesce = nanos(COALESCE);
+    let horizon = now + coalesce;
     let mut batch = Vec::new();
     let mut requeue = Vec::new();
     while let Some(&(at, id)) = state.queue.first() {
@@ -185,14 +229,15 @@ fn start_due(state: &mut State, in_flight: &mut JoinSet<Vec<(u64, Outcome)>>) ->
         let Some(watched) = state.leases.get_mut(&id) else {
             continue;
         };
-        let deadline = watched.lease.timing().deadline;
+        let deadline =
+            nanos((watched.lease.timing().deadline).saturating_duration_since(state.epoch));
         if now >= deadline {
             watched.lease.mark_lost();
             state.leases.remove(&id);
             continue;
         }
-        if !watched.in_flight && watched.due <= now + (watched.period / 8).min(COALESCE) {
-            watched.in_flight = true;
+        if !watched.in_flight() && watched.due <= now + (watched.period / 8).min(coalesce) {
+            watched.due = IN_FLIGHT;
             batch.push((id, watched.lease.clone()));
             if batch.len() == BATCH {
                 in_flight.spawn(refresh(std::mem::take(&mut batch)));
@@ -201,18 +246,17 @@ fn start_due(state: &mut State, in_flight: &mut JoinSet<Vec<(u64, Outcome)>>) ->
         // Looked at again by its deadline (which a refresh moves later), and
         // by its next refresh when none is in flight. Never before `now`:
         // the deadline has not passed, and a due refresh was just sent.
-        watched.queued = if watched.in_flight {
-            deadline
-        } else {
-            watched.due.min(deadline)
-        };
+        watched.queued = watched.due.min(deadline);
         requeue.push((watched.queued, id));
     }
     state.queue.extend(requeue);
     if !batch.is_empty() {
         in_flight.spawn(refresh(batch));
     }
-    state.queue.first().map_or(now + IDLE, |&(at, _)| at)
+    match state.queue.first() {
+        Some(&(at, _)) => state.instant(at),
+        None => Instant::now() + IDLE,
+    }
 }
 
 /// Sends one batch of refreshes and updates each lease with its outcome: a
@@ -260,26 +304,28 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
 
 /// Schedules the next refresh of each lease of a finished batch.
 fn finish(state: &mut State, done: Vec<(u64, Outcome)>) {
-    let now = Instant::now();
+    let now = state.tick(Instant::now());
+    let floor = nanos(Duration::from_millis(5));
     for (id, outcome) in done {
-        let Some(watched) = state.leases.get_mut(&id) else {
+        let Some(watched) = state.leases.get(&id) else {
             continue;
         };
         if let Outcome::Refused = outcome {
             state.forget(id);
             continue;
         }
-        watched.in_flight = false;
-        let deadline = watched.lease.timing().deadline;
-        watched.due = match outcome {
+        let deadline = state.tick(watched.lease.timing().deadline);
+        let due = match outcome {
             // Try again sooner, while the lease may still be saved.
             Outcome::Failed => {
-                let left = deadline.saturating_duration_since(now);
-                now + (left / 3).clamp(Duration::from_millis(5), watched.period)
+                let left = deadline.saturating_sub(now);
+                now + (left / 3).clamp(floor, watched.period.max(floor))
             }
-            _ => now + watched.period,
+            _ => now.saturating_add(watched.period).min(IN_FLIGHT - 1),
         };
-        let at = watched.due.min(deadline);
-        state.requeue(id, at);
+        if let Some(watched) = state.leases.get_mut(&id) {
+            watched.due = due;
+        }
+        state.requeue(id, due.min(deadline));
     }
 }
