@@ -763,6 +763,12 @@ async fn s4(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
         refreshes as f64 / window.as_secs_f64(),
         args.leases
     );
+    let scripts =
+        calls.get("evalsha").copied().unwrap_or(0) + calls.get("eval").copied().unwrap_or(0);
+    println!(
+        "  refreshes           {refreshes} in the window, {:.0} per script call",
+        refreshes as f64 / scripts.max(1) as f64
+    );
     println!(
         "  memory per lease    {per_lease:.0} bytes (RSS delta / leases; {locks_only:.0} before keep_alive)"
     );

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use lockmacro_runtime::{
-    Backend, LockGuard, Locker, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend,
-    RefreshRequest,
+    Backend, LockGuard, Locker, MemoryBackend, ObtainOptions, RedisBackend, RedisConfig,
+    RedlockBackend, RefreshRequest,
 };
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::support::RedisServer;
 use crate::support::cluster::RedisCluster;
@@ -146,6 +147,41 @@ async fn lease_deleted_behind_its_back_is_lost_and_the_others_are_kept() {
     for (guard, value) in guards.iter().zip(values(&server, &guards)) {
         assert_eq!(value.as_deref(), Some(guard.token()), "key {}", guard.key());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_lost_on_their_deadlines_while_redis_is_paused() {
+    let server = RedisServer::start();
+    let config = RedisConfig::default().response_timeout(Duration::from_millis(300));
+    let backend = server.expect_ok(
+        RedisBackend::connect_with(&server.url(), config).await,
+        "connect",
+    );
+    let locker = Locker::new(backend);
+    let keys: Vec<String> = (0..200).map(|i| format!("batch:{i}")).collect();
+    let guards = keep_alive_all(&locker, &keys).await;
+    server.pause();
+    assert!(guards.iter().all(|guard| !guard.is_lost()));
+
+    for guard in &guards {
+        if tokio::time::timeout(PATIENCE, guard.lost()).await.is_err() {
+            server.resume();
+            server.fail(format_args!("{} was never reported lost", guard.key()));
+        }
+        // Refreshes failed all along: the deadline is the one of the last
+        // refresh confirmed before the pause, and it has passed.
+        assert!(
+            Instant::now() >= guard.deadline(),
+            "{} lost early",
+            guard.key()
+        );
+    }
+    server.resume();
+    // A refresh still queued in the server's socket lands after the keys
+    // expired; nothing may bring them back.
+    tokio::time::sleep(TTL).await;
+    assert!(guards.iter().all(LockGuard::is_lost));
+    assert!(values(&server, &guards).iter().all(Option::is_none));
 }
 
 /// One batch on `backend` holding leases on `a` and on `c` + `d` together
