@@ -34,8 +34,8 @@ pub(super) static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(REM
 pub(super) static REFRESH_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(REFRESH_MANY_LUA));
 
 /// The most leases one call of the refresh script carries. Redis runs a
-/// script to its end before serving anyone else: this bounds that pause (a
-/// few hundred microseconds here) and the size of one request.
+/// script to its end before serving anyone else: this bounds that pause and
+/// the size of one request.
 pub(super) const REFRESH_BATCH: usize = 500;
 
 /// Connection settings for [`RedisBackend`].
