@@ -633,7 +633,7 @@ impl Backend for RedisBackend {
         })
     }
 
-    /// One script call per [`REFRESH_BATCH`] leases, all sent at once.
+    /// One script call per 500 leases, all sent at once.
     fn refresh_many<'a>(
         &'a self,
         requests: &'a [RefreshRequest<'a>],
