@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::backend::RefreshRequest;
+use crate::error::{BackendError, BackendErrorKind};
 use crate::lock::Lease;
 
 /// Most leases one refresh task sends; the backend splits further as it
@@ -271,10 +272,21 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
         .map(|(_, lease)| RefreshRequest::new(&lease.wire_keys, &lease.token, lease.timing().ttl))
         .collect();
     let sent = Instant::now();
-    let results = backend.refresh_many(&requests).await;
+    let mut results = backend.refresh_many(&requests).await.into_iter();
     let mut failed = 0;
+    let mut first_error = None;
     let mut outcomes = Vec::with_capacity(leases.len());
-    for (((id, lease), request), result) in leases.iter().zip(&requests).zip(results) {
+    for ((id, lease), request) in leases.iter().zip(&requests) {
+        // A backend that answers fewer results than requests leaves the
+        // rest failed: retried, and lost at their deadlines if it goes on.
+        let result = results.next().unwrap_or_else(|| {
+            Err(BackendError::new(
+                BackendErrorKind::Other,
+                "refresh_many",
+                "the backend answered fewer results than leases",
+            )
+            .into())
+        });
         let outcome = match result {
             Ok(true) => {
                 lease.refreshed(request.ttl, sent);
@@ -285,19 +297,17 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
                 Outcome::Refused
             }
             Err(err) => {
-                // One line per batch, not per lease: when the backend is
-                // down, every lease of the batch fails the same way.
-                if failed == 0 {
-                    tracing::warn!(target: "lockmacro", key = %lease.key(), error = %err, leases = leases.len(), "refresh failed");
-                }
                 failed += 1;
+                first_error.get_or_insert((lease.key(), err));
                 Outcome::Failed
             }
         };
         outcomes.push((*id, outcome));
     }
-    if failed > 1 {
-        tracing::warn!(target: "lockmacro", failed, leases = leases.len(), "refreshes of this batch failed; retrying before their deadlines");
+    // One line per batch, not per lease: when the backend is down, every
+    // lease of the batch fails the same way.
+    if let Some((key, error)) = first_error {
+        tracing::warn!(target: "lockmacro", key, %error, failed, leases = leases.len(), "refresh failed; retrying before the deadlines");
     }
     outcomes
 }
