@@ -371,3 +371,52 @@ async fn many_leases_are_kept_alive_by_batched_refreshes_on_a_cluster() {
         "{scripts} script calls for {refreshes} refreshes: they were not batched"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_leases_are_kept_alive_by_batched_refreshes_on_redlock() {
+    let masters = RedisServer::start_many(3);
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let locker = Locker::redlock(&urls).await.expect("connect");
+    let keys: Vec<String> = (0..LEASES).map(|i| format!("batch:{i}")).collect();
+    // Three servers on a shared machine, and a per-master timeout of a tenth
+    // of the ttl: a longer ttl leaves room for scheduling delays.
+    let ttl = TTL * 2;
+    let guards = keep_alive_all(&locker, &keys, ttl).await;
+    for master in &masters {
+        let () = master.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+
+    tokio::time::sleep(ttl * 4).await;
+
+    assert_none_lost(&guards);
+    // A lock is granted once a majority has it (the call does not wait for
+    // the last master), so each lease must be on a majority of them.
+    let held: Vec<Vec<Option<String>>> = masters
+        .iter()
+        .map(|master| values(master, &guards))
+        .collect();
+    for (index, guard) in guards.iter().enumerate() {
+        let holders = held
+            .iter()
+            .filter(|values| values[index].as_deref() == Some(guard.token()))
+            .count();
+        assert!(
+            holders >= 2,
+            "key {} is held by {holders} of 3 masters",
+            guard.key()
+        );
+    }
+    for master in &masters {
+        let (scripts, refreshes) = scripts_and_refreshes(&[master]);
+        assert!(
+            refreshes >= 3 * LEASES as u64,
+            "only {refreshes} refreshes for {LEASES} leases on port {}",
+            master.port()
+        );
+        assert!(
+            scripts * 10 <= refreshes,
+            "{scripts} script calls for {refreshes} refreshes on port {}: not batched",
+            master.port()
+        );
+    }
+}
