@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
+use futures::{StreamExt, TryStreamExt};
+use lockmacro_runtime::{Lock, LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 
@@ -842,7 +842,7 @@ async fn s4(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let locker = Locker::connect(url).await?;
     let before = rss();
     let obtained = Instant::now();
-    let guards: Vec<_> = futures::stream::iter(0..args.leases)
+    let locks: Vec<_> = futures::stream::iter(0..args.leases)
         .map(|i| {
             let locker = locker.clone();
             async move {
@@ -852,11 +852,10 @@ async fn s4(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
             }
         })
         .buffer_unordered(256)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .map(|lock| lock.map(|lock| lock.keep_alive()))
-        .collect::<Result<_, _>>()?;
+        .try_collect()
+        .await?;
+    let locks_only = rss().saturating_sub(before) as f64 / args.leases as f64;
+    let guards: Vec<_> = locks.into_iter().map(Lock::keep_alive).collect();
     let per_lease = rss().saturating_sub(before) as f64 / args.leases as f64;
     let obtain_time = obtained.elapsed();
     reset_stats(&mut admin).await;
@@ -889,7 +888,15 @@ async fn s4(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
         refreshes as f64 / window.as_secs_f64(),
         args.leases
     );
-    println!("  memory per lease    {per_lease:.0} bytes (RSS delta / leases)");
+    let scripts =
+        calls.get("evalsha").copied().unwrap_or(0) + calls.get("eval").copied().unwrap_or(0);
+    println!(
+        "  refreshes           {refreshes} in the window, {:.0} per script call",
+        refreshes as f64 / scripts.max(1) as f64
+    );
+    println!(
+        "  memory per lease    {per_lease:.0} bytes (RSS delta / leases; {locks_only:.0} before keep_alive)"
+    );
     println!("  leases lost         {lost}");
     let released = Instant::now();
     futures::stream::iter(guards)

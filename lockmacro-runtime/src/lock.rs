@@ -103,12 +103,7 @@ impl Lease {
             .refresh(&self.wire_keys, &self.token, ttl)
             .await?;
         if refreshed {
-            tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
-            let drift = self.locker.backend().drift(ttl);
-            self.set_timing(Timing {
-                ttl,
-                deadline: sent + ttl.saturating_sub(drift),
-            });
+            self.refreshed(ttl, sent);
             Ok(())
         } else {
             self.mark_lost();
@@ -116,6 +111,16 @@ impl Lease {
                 key: self.key().to_owned(),
             })
         }
+    }
+
+    /// Records a refresh to `ttl`, sent at `sent`, that the backend confirmed.
+    pub(crate) fn refreshed(&self, ttl: Duration, sent: Instant) {
+        tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
+        let drift = self.locker.backend().drift(ttl);
+        self.set_timing(Timing {
+            ttl,
+            deadline: sent + ttl.saturating_sub(drift),
+        });
     }
 
     pub(crate) async fn release(&self) -> Result<(), LockError> {

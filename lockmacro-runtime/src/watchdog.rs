@@ -2,8 +2,16 @@
 //!
 //! The task runs only while some lease is watched: it exits when the last one
 //! is released or dropped and is started again by the next registration.
+//!
+//! Leases wait in one queue ordered by when the task must look at them next:
+//! their next refresh, or their local deadline while a refresh is in flight.
+//! A wake-up takes only what is due, so its cost grows with the number of due
+//! leases (each O(log n)), not with the number watched. The refreshes due
+//! together go to the backend together ([`Backend::refresh_many`]).
+//!
+//! [`Backend::refresh_many`]: crate::Backend::refresh_many
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -11,8 +19,22 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::LockError;
+use crate::backend::RefreshRequest;
+use crate::error::{BackendError, BackendErrorKind};
 use crate::lock::Lease;
+
+/// Most leases one refresh task sends; the backend splits further as it
+/// needs (the Redis backends send at most 500 per script call).
+const BATCH: usize = 2000;
+
+/// A refresh due within this long is sent with the batch being made now
+/// (at most an eighth of its period early), so that leases due a moment apart
+/// share a batch instead of each waking the task.
+const COALESCE: Duration = Duration::from_millis(10);
+
+/// How long to sleep when nothing is queued (the task exits first, unless a
+/// refresh is in flight).
+const IDLE: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
@@ -20,9 +42,19 @@ pub(crate) struct Watchdog {
     wake: Notify,
 }
 
-#[derive(Debug, Default)]
+/// A moment as nanoseconds since `State::epoch`: half the size of an
+/// `Instant`, which matters at 100,000 leases.
+type Tick = u64;
+
+/// `Watched::due` while a refresh is in flight.
+const IN_FLIGHT: Tick = Tick::MAX;
+
+#[derive(Debug)]
 struct State {
+    epoch: Instant,
     leases: HashMap<u64, Watched>,
+    /// Every watched lease once, by when to look at it next (`Watched::queued`).
+    queue: BTreeSet<(Tick, u64)>,
     next_id: u64,
     running: bool,
 }
@@ -30,9 +62,73 @@ struct State {
 #[derive(Debug)]
 struct Watched {
     lease: Arc<Lease>,
-    period: Duration,
-    due: Instant,
-    in_flight: bool,
+    /// Nanoseconds between refreshes.
+    period: Tick,
+    /// When the next refresh is due, or [`IN_FLIGHT`].
+    due: Tick,
+    /// Its key in `State::queue`.
+    queued: Tick,
+}
+
+impl Watched {
+    fn in_flight(&self) -> bool {
+        self.due == IN_FLIGHT
+    }
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            epoch: Instant::now(),
+            leases: HashMap::new(),
+            queue: BTreeSet::new(),
+            next_id: 0,
+            running: false,
+        }
+    }
+}
+
+/// `duration` in nanoseconds; saturates below [`IN_FLIGHT`].
+fn nanos(duration: Duration) -> Tick {
+    Tick::try_from(duration.as_nanos()).map_or(IN_FLIGHT - 1, |n| n.min(IN_FLIGHT - 1))
+}
+
+/// What became of one lease's refresh.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Refreshed,
+    /// The backend said the lease is no longer ours: it is lost.
+    Refused,
+    /// The backend could not be asked: try again while the deadline allows.
+    Failed,
+}
+
+impl State {
+    fn tick(&self, at: Instant) -> Tick {
+        nanos(at.saturating_duration_since(self.epoch))
+    }
+
+    fn instant(&self, tick: Tick) -> Instant {
+        self.epoch + Duration::from_nanos(tick)
+    }
+
+    fn requeue(&mut self, id: u64, at: Tick) {
+        if let Some(watched) = self.leases.get_mut(&id) {
+            self.queue.remove(&(watched.queued, id));
+            watched.queued = at;
+            self.queue.insert((at, id));
+        }
+    }
+
+    fn forget(&mut self, id: u64) -> bool {
+        match self.leases.remove(&id) {
+            Some(watched) => {
+                self.queue.remove(&(watched.queued, id));
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Watchdog {
@@ -45,22 +141,33 @@ impl Watchdog {
     /// Starts refreshing `lease` every `period`; returns the id to
     /// [`unwatch`](Self::unwatch) it with.
     pub(crate) fn watch(self: &Arc<Self>, lease: Arc<Lease>, period: Duration) -> u64 {
+        let deadline = lease.timing().deadline;
         let mut state = self.state();
+        let period = nanos(period);
+        let due = state
+            .tick(Instant::now())
+            .saturating_add(period)
+            .min(IN_FLIGHT - 1);
+        let queued = due.min(state.tick(deadline));
         let id = state.next_id;
         state.next_id += 1;
+        // The task sleeps until the first key of the queue: it only needs
+        // waking when this lease comes before that.
+        let sooner = state.queue.first().is_none_or(|&(first, _)| queued < first);
         state.leases.insert(
             id,
             Watched {
                 lease,
                 period,
-                due: Instant::now() + period,
-                in_flight: false,
+                due,
+                queued,
             },
         );
+        state.queue.insert((queued, id));
         if !state.running {
             state.running = true;
             tokio::spawn(self.clone().run());
-        } else {
+        } else if sooner {
             self.wake.notify_one();
         }
         id
@@ -68,7 +175,9 @@ impl Watchdog {
 
     /// Stops refreshing the lease `id`.
     pub(crate) fn unwatch(&self, id: u64) {
-        if self.state().leases.remove(&id).is_some() {
+        let mut state = self.state();
+        if state.forget(id) && state.leases.is_empty() {
+            // Lets the task exit now instead of at its next wake-up.
             self.wake.notify_one();
         }
     }
@@ -78,85 +187,158 @@ impl Watchdog {
         loop {
             let next = {
                 let mut state = self.state();
+                // Looked at after `start_due`, which may have declared the
+                // last leases lost: nobody would wake the task after that.
+                let next = start_due(&mut state, &mut in_flight);
                 if state.leases.is_empty() {
                     // Refreshes still in flight belong to leases that are gone:
                     // dropping the set aborts them.
                     state.running = false;
                     return;
                 }
-                self.start_due(&mut state, &mut in_flight)
+                next
             };
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
                 () = self.wake.notified() => {}
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                    if let Ok((id, result)) = done {
-                        self.finish(id, result);
+                    let mut state = self.state();
+                    if let Ok(done) = done {
+                        finish(&mut state, done);
                     }
-                    // Take every other refresh that is done too: the next
-                    // scan of the leases then serves them all, instead of
-                    // one scan per refresh (quadratic with many leases).
                     while let Some(done) = in_flight.try_join_next() {
-                        if let Ok((id, result)) = done {
-                            self.finish(id, result);
+                        if let Ok(done) = done {
+                            finish(&mut state, done);
                         }
                     }
                 }
             }
         }
     }
+}
 
-    /// Sends the refreshes that are due, declares lost the leases whose
-    /// deadline passed, and returns when to look again.
-    fn start_due(
-        &self,
-        state: &mut State,
-        in_flight: &mut JoinSet<(u64, Result<(), LockError>)>,
-    ) -> Instant {
-        let now = Instant::now();
-        let mut next = now + Duration::from_secs(3600);
-        state.leases.retain(|&id, watched| {
-            let timing = watched.lease.timing();
-            if now >= timing.deadline {
-                watched.lease.mark_lost();
-                return false;
-            }
-            if !watched.in_flight && watched.due <= now {
-                watched.in_flight = true;
-                let lease = watched.lease.clone();
-                in_flight.spawn(async move { (id, lease.refresh(timing.ttl).await) });
-            }
-            next = next.min(timing.deadline);
-            if !watched.in_flight {
-                next = next.min(watched.due);
-            }
-            true
-        });
-        next
-    }
-
-    fn finish(&self, id: u64, result: Result<(), LockError>) {
-        let mut state = self.state();
+/// Declares lost the leases whose deadline passed, sends the refreshes that
+/// are due, and returns when to look again.
+fn start_due(state: &mut State, in_flight: &mut JoinSet<Vec<(u64, Outcome)>>) -> Instant {
+    let now = state.tick(Instant::now());
+    let coalesce = nanos(COALESCE);
+    let horizon = now + coalesce;
+    let mut batch = Vec::new();
+    let mut requeue = Vec::new();
+    while let Some(&(at, id)) = state.queue.first() {
+        if at > horizon {
+            break;
+        }
+        state.queue.pop_first();
         let Some(watched) = state.leases.get_mut(&id) else {
-            return;
+            continue;
         };
-        watched.in_flight = false;
-        match result {
-            Ok(()) => watched.due = Instant::now() + watched.period,
-            Err(LockError::NotHeld { .. }) => {
-                state.leases.remove(&id);
-            }
-            Err(err) => {
-                // Try again sooner, while the lease may still be saved.
-                let left = watched
-                    .lease
-                    .timing()
-                    .deadline
-                    .saturating_duration_since(Instant::now());
-                let retry = (left / 3).clamp(Duration::from_millis(5), watched.period);
-                tracing::warn!(target: "lockmacro", key = %watched.lease.key(), error = %err, ?retry, "refresh failed");
-                watched.due = Instant::now() + retry;
+        let deadline =
+            nanos((watched.lease.timing().deadline).saturating_duration_since(state.epoch));
+        if now >= deadline {
+            watched.lease.mark_lost();
+            state.leases.remove(&id);
+            continue;
+        }
+        if !watched.in_flight() && watched.due <= now + (watched.period / 8).min(coalesce) {
+            watched.due = IN_FLIGHT;
+            batch.push((id, watched.lease.clone()));
+            if batch.len() == BATCH {
+                in_flight.spawn(refresh(std::mem::take(&mut batch)));
             }
         }
+        // Looked at again by its deadline (which a refresh moves later), and
+        // by its next refresh when none is in flight. Never before `now`:
+        // the deadline has not passed, and a due refresh was just sent.
+        watched.queued = watched.due.min(deadline);
+        requeue.push((watched.queued, id));
+    }
+    state.queue.extend(requeue);
+    if !batch.is_empty() {
+        in_flight.spawn(refresh(batch));
+    }
+    match state.queue.first() {
+        Some(&(at, _)) => state.instant(at),
+        None => Instant::now() + IDLE,
+    }
+}
+
+/// Sends one batch of refreshes and updates each lease with its outcome: a
+/// new deadline, counted from when the batch was sent, or lost.
+async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
+    let Some((_, first)) = leases.first() else {
+        return Vec::new();
+    };
+    let backend = first.locker.backend();
+    let requests: Vec<RefreshRequest<'_>> = leases
+        .iter()
+        .map(|(_, lease)| RefreshRequest::new(&lease.wire_keys, &lease.token, lease.timing().ttl))
+        .collect();
+    let sent = Instant::now();
+    let mut results = backend.refresh_many(&requests).await.into_iter();
+    let mut failed = 0;
+    let mut first_error = None;
+    let mut outcomes = Vec::with_capacity(leases.len());
+    for ((id, lease), request) in leases.iter().zip(&requests) {
+        // A backend that answers fewer results than requests leaves the
+        // rest failed: retried, and lost at their deadlines if it goes on.
+        let result = results.next().unwrap_or_else(|| {
+            Err(BackendError::new(
+                BackendErrorKind::Other,
+                "refresh_many",
+                "the backend answered fewer results than leases",
+            )
+            .into())
+        });
+        let outcome = match result {
+            Ok(true) => {
+                lease.refreshed(request.ttl, sent);
+                Outcome::Refreshed
+            }
+            Ok(false) => {
+                lease.mark_lost();
+                Outcome::Refused
+            }
+            Err(err) => {
+                failed += 1;
+                first_error.get_or_insert((lease.key(), err));
+                Outcome::Failed
+            }
+        };
+        outcomes.push((*id, outcome));
+    }
+    // One line per batch, not per lease: when the backend is down, every
+    // lease of the batch fails the same way.
+    if let Some((key, error)) = first_error {
+        tracing::warn!(target: "lockmacro", key, %error, failed, leases = leases.len(), "refresh failed; retrying before the deadlines");
+    }
+    outcomes
+}
+
+/// Schedules the next refresh of each lease of a finished batch.
+fn finish(state: &mut State, done: Vec<(u64, Outcome)>) {
+    let now = state.tick(Instant::now());
+    let floor = nanos(Duration::from_millis(5));
+    for (id, outcome) in done {
+        let Some(watched) = state.leases.get(&id) else {
+            continue;
+        };
+        if let Outcome::Refused = outcome {
+            state.forget(id);
+            continue;
+        }
+        let deadline = state.tick(watched.lease.timing().deadline);
+        let due = match outcome {
+            // Try again sooner, while the lease may still be saved.
+            Outcome::Failed => {
+                let left = deadline.saturating_sub(now);
+                now + (left / 3).clamp(floor, watched.period.max(floor))
+            }
+            _ => now.saturating_add(watched.period).min(IN_FLIGHT - 1),
+        };
+        if let Some(watched) = state.leases.get_mut(&id) {
+            watched.due = due;
+        }
+        state.requeue(id, due.min(deadline));
     }
 }

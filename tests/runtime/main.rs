@@ -10,6 +10,7 @@ mod fixture;
 mod logs;
 mod redis;
 mod wakeup;
+mod watchdog;
 
 /// One test per case in `cases`, each on a fixture made by `$fixture`.
 macro_rules! cases_on {

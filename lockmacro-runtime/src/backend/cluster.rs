@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
@@ -5,11 +6,12 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
-    ACQUIRE, ACQUIRE_LUA, REFRESH, REFRESH_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
-    acquired, backend_error, install_crypto_provider, millis, pttl, redact,
+    ACQUIRE, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA,
+    RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, acquired, backend_error,
+    install_crypto_provider, millis, pttl, redact, refresh_many_cmd, refreshed,
 };
-use super::slot::check_same_slot;
-use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN};
+use super::slot::{check_same_slot, slot};
+use super::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, TOKEN_LEN, join_all};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
@@ -210,6 +212,27 @@ impl ClusterBackend {
     }
 }
 
+impl ClusterBackend {
+    /// One call of the refresh script for `requests`, all in one hash slot.
+    async fn refresh_batch(
+        &self,
+        requests: Vec<&RefreshRequest<'_>>,
+    ) -> Vec<Result<bool, LockError>> {
+        let mut conn = self.conn.clone();
+        let mut reply = refresh_many_cmd("EVALSHA", REFRESH_MANY.get_hash(), &requests)
+            .query_async(&mut conn)
+            .await;
+        if let Err(err) = &reply
+            && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+        {
+            reply = refresh_many_cmd("EVAL", REFRESH_MANY_LUA, &requests)
+                .query_async(&mut conn)
+                .await;
+        }
+        refreshed(reply, &requests, &self.name)
+    }
+}
+
 impl Backend for ClusterBackend {
     fn acquire<'a>(
         &'a self,
@@ -249,6 +272,48 @@ impl Backend for ClusterBackend {
                 .invoke("refresh", keys, (&REFRESH, REFRESH_LUA), &args)
                 .await?;
             Ok(done == 1)
+        })
+    }
+
+    /// One script call per hash slot (and per 500 leases in it), all sent
+    /// at once: a script may only touch the keys of one slot.
+    fn refresh_many<'a>(
+        &'a self,
+        requests: &'a [RefreshRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
+        Box::pin(async move {
+            let mut results: Vec<Option<Result<bool, LockError>>> =
+                requests.iter().map(|_| None).collect();
+            let mut slots: HashMap<u16, Vec<usize>> = HashMap::new();
+            for (index, req) in requests.iter().enumerate() {
+                if let Err(err) = check_same_slot(req.keys, None) {
+                    results[index] = Some(Err(err));
+                } else if req.token.len() != TOKEN_LEN {
+                    results[index] = Some(Ok(false));
+                } else {
+                    let first = req.keys.first().map_or(0, |key| slot(key));
+                    slots.entry(first).or_default().push(index);
+                }
+            }
+            let batches: Vec<&[usize]> = slots
+                .values()
+                .flat_map(|indices| indices.chunks(REFRESH_BATCH))
+                .collect();
+            let calls = batches
+                .iter()
+                .map(|batch| -> BoxFuture<'_, _> {
+                    Box::pin(self.refresh_batch(batch.iter().map(|&i| &requests[i]).collect()))
+                })
+                .collect();
+            for (batch, outcome) in batches.iter().zip(join_all(calls).await) {
+                for (&index, result) in batch.iter().zip(outcome) {
+                    results[index] = Some(result);
+                }
+            }
+            results
+                .into_iter()
+                .map(|result| result.unwrap_or(Ok(false)))
+                .collect()
         })
     }
 

@@ -5,7 +5,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{AcquireRequest, Acquired, Backend, BoxFuture, ReleaseListener, TOKEN_LEN};
+use super::{
+    AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, ReleaseListener, TOKEN_LEN,
+};
 use crate::LockError;
 
 /// Locks held in this process's memory, with the same semantics as Redis:
@@ -161,6 +163,18 @@ impl State {
         }
     }
 
+    fn refresh(&mut self, keys: &[String], token: &str, ttl: Duration, now: Instant) -> bool {
+        let owned = self.all_owned(keys, token, now);
+        if owned {
+            for key in keys {
+                if let Some(lease) = self.leases.get_mut(key) {
+                    lease.expires = now + ttl;
+                }
+            }
+        }
+        owned
+    }
+
     fn all_owned(&mut self, keys: &[String], token: &str, now: Instant) -> bool {
         keys.iter().all(|key| {
             self.live(key, now)
@@ -197,17 +211,20 @@ impl Backend for MemoryBackend {
         token: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
+        ready(Ok(self.state().refresh(keys, token, ttl, Instant::now())))
+    }
+
+    fn refresh_many<'a>(
+        &'a self,
+        requests: &'a [RefreshRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
         let now = Instant::now();
         let mut state = self.state();
-        let owned = state.all_owned(keys, token, now);
-        if owned {
-            for key in keys {
-                if let Some(lease) = state.leases.get_mut(key) {
-                    lease.expires = now + ttl;
-                }
-            }
-        }
-        ready(Ok(owned))
+        let refreshed = requests
+            .iter()
+            .map(|req| Ok(state.refresh(req.keys, req.token, req.ttl, now)))
+            .collect();
+        ready(refreshed)
     }
 
     fn release<'a>(

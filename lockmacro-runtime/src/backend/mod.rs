@@ -58,6 +58,39 @@ impl AcquireRequest<'_> {
     }
 }
 
+/// One lease to refresh, as sent to [`Backend::refresh_many`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct RefreshRequest<'a> {
+    /// The lease's keys; namespaced, sorted, no duplicates.
+    pub keys: &'a [String],
+    /// The owner's token.
+    pub token: &'a str,
+    /// The new lease length.
+    pub ttl: Duration,
+}
+
+impl<'a> RefreshRequest<'a> {
+    /// A request to extend `keys` to `ttl` if they still hold `token`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Backend, MemoryBackend, RefreshRequest};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let keys = ["job".to_owned()];
+    /// let token = "0123456789abcdef0123456789abcdef";
+    /// let requests = [RefreshRequest::new(&keys, token, Duration::from_secs(5))];
+    /// // Nothing holds `job`: the refresh is refused.
+    /// assert!(!backend.refresh_many(&requests).await[0].as_ref().unwrap());
+    /// # Ok(()) }
+    /// ```
+    pub fn new(keys: &'a [String], token: &'a str, ttl: Duration) -> Self {
+        RefreshRequest { keys, token, ttl }
+    }
+}
+
 /// What one acquisition attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquired {
@@ -98,6 +131,24 @@ pub trait Backend: Send + Sync + 'static {
         token: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// Refreshes many leases at once, as [`refresh`](Self::refresh) would
+    /// each of them: one result per request, in the same order. A watchdog
+    /// keeping thousands of leases alive sends its due refreshes through this.
+    ///
+    /// The default runs the single refreshes concurrently; backends that can
+    /// send them in fewer round trips override it.
+    fn refresh_many<'a>(
+        &'a self,
+        requests: &'a [RefreshRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
+        join_all(
+            requests
+                .iter()
+                .map(|req| self.refresh(req.keys, req.token, req.ttl))
+                .collect(),
+        )
+    }
 
     /// Deletes the keys that still start with `token`; returns whether all of
     /// them did. Keys held by someone else are left alone.
@@ -217,6 +268,13 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         (**self).refresh(keys, token, ttl)
     }
 
+    fn refresh_many<'a>(
+        &'a self,
+        requests: &'a [RefreshRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
+        (**self).refresh_many(requests)
+    }
+
     fn release<'a>(
         &'a self,
         keys: &'a [String],
@@ -240,6 +298,28 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
         (**self).listen(key)
     }
+}
+
+/// Runs `futures` concurrently; their outputs in the same order.
+pub(crate) fn join_all<'a, T: Send + 'a>(futures: Vec<BoxFuture<'a, T>>) -> BoxFuture<'a, Vec<T>> {
+    let mut pending: Vec<Option<BoxFuture<'a, T>>> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    let mut left = pending.len();
+    Box::pin(std::future::poll_fn(move |cx| {
+        for (slot, output) in pending.iter_mut().zip(&mut outputs) {
+            if let Some(future) = slot
+                && let std::task::Poll::Ready(value) = future.as_mut().poll(cx)
+            {
+                *output = Some(value);
+                *slot = None;
+                left -= 1;
+            }
+        }
+        if left > 0 {
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(outputs.iter_mut().filter_map(Option::take).collect())
+    }))
 }
 
 /// The Redis Cluster hash tag of `key`: the text between the first `{` and the

@@ -14,7 +14,10 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio::sync::watch;
 
-use super::{AcquireRequest, Acquired, Backend, BoxFuture, ReleaseListener, TOKEN_LEN};
+use super::{
+    AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, ReleaseListener, TOKEN_LEN,
+    join_all,
+};
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -24,11 +27,18 @@ pub(super) const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
 pub(super) const REFRESH_LUA: &str = include_str!("scripts/refresh.lua");
 pub(super) const RELEASE_LUA: &str = include_str!("scripts/release.lua");
 pub(super) const REMAINING_LUA: &str = include_str!("scripts/remaining.lua");
+pub(super) const REFRESH_MANY_LUA: &str = include_str!("scripts/refresh_many.lua");
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 pub(super) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(REFRESH_LUA));
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(super) static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(REMAINING_LUA));
+pub(super) static REFRESH_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(REFRESH_MANY_LUA));
+
+/// The most leases one call of the refresh script carries. Redis runs a
+/// script to its end before serving anyone else: this bounds that pause and
+/// the size of one request.
+pub(super) const REFRESH_BATCH: usize = 500;
 
 /// Connection settings for [`RedisBackend`], [`ClusterBackend`](super::ClusterBackend)
 /// and [`RedlockBackend`](super::RedlockBackend).
@@ -307,6 +317,89 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// One call of the refresh script for `requests` (all with a well-formed
+    /// token, at most [`REFRESH_BATCH`] of them).
+    async fn refresh_batch(
+        &self,
+        requests: &[&RefreshRequest<'_>],
+    ) -> Vec<Result<bool, LockError>> {
+        let mut conn = self.conn.clone();
+        let evalsha = refresh_many_cmd("EVALSHA", REFRESH_MANY.get_hash(), requests);
+        let mut reply = evalsha.query_async(&mut conn).await;
+        if let Err(err) = &reply
+            && err.is_connection_dropped()
+        {
+            tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
+            reply = evalsha.query_async(&mut conn).await;
+        }
+        if let Err(err) = &reply
+            && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+        {
+            // A server restarted or flushed since `preload`: `EVAL` caches it.
+            reply = refresh_many_cmd("EVAL", REFRESH_MANY_LUA, requests)
+                .query_async(&mut conn)
+                .await;
+        }
+        refreshed(reply, requests, &self.name)
+    }
+}
+
+/// `EVALSHA <sha> …` (or `EVAL <source> …`) of `refresh_many.lua` for
+/// `requests`. Built as one plain command: its arguments share one buffer,
+/// where a `ScriptInvocation` would allocate one per key and argument.
+pub(super) fn refresh_many_cmd(
+    verb: &str,
+    script: &str,
+    requests: &[&RefreshRequest<'_>],
+) -> redis::Cmd {
+    let mut cmd = redis::cmd(verb);
+    let keys: usize = requests.iter().map(|req| req.keys.len()).sum();
+    cmd.arg(script).arg(keys);
+    for req in requests {
+        cmd.arg(req.keys);
+    }
+    for req in requests {
+        let ttl = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
+        cmd.arg(req.token).arg(ttl).arg(req.keys.len());
+    }
+    cmd
+}
+
+/// Reads the reply of `refresh_many.lua` for `requests`: one result each, the
+/// error of the call for every one of them when it failed.
+pub(super) fn refreshed(
+    reply: redis::RedisResult<Vec<i64>>,
+    requests: &[&RefreshRequest<'_>],
+    server: &str,
+) -> Vec<Result<bool, LockError>> {
+    let what = |req: &RefreshRequest<'_>| format!("refresh `{}`", req.keys.join("`, `"));
+    match reply {
+        Ok(flags) if flags.len() == requests.len() => {
+            flags.iter().map(|&flag| Ok(flag == 1)).collect()
+        }
+        Ok(flags) => requests
+            .iter()
+            .map(|req| {
+                Err(BackendError::new(
+                    BackendErrorKind::Other,
+                    format!("{server}: {}", what(req)),
+                    format!(
+                        "the refresh script answered {} results for {} leases",
+                        flags.len(),
+                        requests.len()
+                    ),
+                )
+                .into())
+            })
+            .collect(),
+        Err(err) => requests
+            .iter()
+            .map(|req| Err(backend_error(server, &what(req), err.clone()).into()))
+            .collect(),
+    }
+}
+
 /// Loads every script in one round trip, so that the first burst of calls
 /// (a watchdog refreshing thousands of leases at once) finds them cached
 /// instead of each call being refused with `NOSCRIPT`, loading the script and
@@ -314,7 +407,13 @@ impl RedisBackend {
 /// the first call that needs a script the server does not have.
 async fn preload(mut conn: ConnectionManager, timeout: Duration) {
     let mut pipe = redis::pipe();
-    for source in [ACQUIRE_LUA, REFRESH_LUA, RELEASE_LUA, REMAINING_LUA] {
+    for source in [
+        ACQUIRE_LUA,
+        REFRESH_LUA,
+        RELEASE_LUA,
+        REMAINING_LUA,
+        REFRESH_MANY_LUA,
+    ] {
         pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
     }
     let load = pipe.query_async::<()>(&mut conn);
@@ -751,6 +850,31 @@ impl Backend for RedisBackend {
                 .invoke("refresh", keys, &REFRESH, &[token, &millis(ttl)])
                 .await?;
             Ok(done == 1)
+        })
+    }
+
+    /// One script call per 500 leases, all sent at once.
+    fn refresh_many<'a>(
+        &'a self,
+        requests: &'a [RefreshRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
+        Box::pin(async move {
+            let valid: Vec<&RefreshRequest<'_>> = requests
+                .iter()
+                .filter(|req| req.token.len() == TOKEN_LEN)
+                .collect();
+            let batches = valid
+                .chunks(REFRESH_BATCH)
+                .map(|batch| -> BoxFuture<'_, _> { Box::pin(self.refresh_batch(batch)) })
+                .collect();
+            let mut refreshed = join_all(batches).await.into_iter().flatten();
+            requests
+                .iter()
+                .map(|req| match req.token.len() {
+                    TOKEN_LEN => refreshed.next().unwrap_or(Ok(false)),
+                    _ => Ok(false),
+                })
+                .collect()
         })
     }
 

@@ -8,7 +8,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::redis::{RedisBackend, redact};
-use super::{AcquireRequest, Acquired, Backend, BoxFuture};
+use super::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
@@ -457,6 +457,35 @@ impl<Y, N> Tally<Y, N> {
     }
 }
 
+/// The masters' answers about one lease of a batch refresh.
+#[derive(Default)]
+struct Votes {
+    yes: usize,
+    no: usize,
+    /// Why the others failed, and the kind of the first failure.
+    failed: Vec<String>,
+    kind: Option<BackendErrorKind>,
+}
+
+impl Votes {
+    fn fail(&mut self, err: &LockError, reason: String) {
+        if self.kind.is_none() {
+            self.kind = Some(match err {
+                LockError::Backend(err) => err.kind(),
+                _ => BackendErrorKind::Other,
+            });
+        }
+        self.failed.push(reason);
+    }
+
+    /// As [`RedlockBackend::tally`] decides: a majority said yes, or no
+    /// longer can and either a majority answered or nobody is left to.
+    fn decided(&self, quorum: usize, pending: usize) -> bool {
+        self.yes >= quorum
+            || (self.yes + pending < quorum && (self.yes + self.no >= quorum || pending == 0))
+    }
+}
+
 fn release_op(
     keys: Arc<[String]>,
     token: Arc<str>,
@@ -571,6 +600,93 @@ impl Backend for RedlockBackend {
             // Stragglers extend the lease on more masters; let them.
             set.detach_all();
             self.verdict("refresh", &tally)
+        })
+    }
+
+    /// Every master refreshes the whole batch at once (one script call per
+    /// 500 leases); each lease is then decided by its own majority, as
+    /// [`refresh`](Backend::refresh) decides one.
+    fn refresh_many<'a>(
+        &'a self,
+        requests: &'a [RefreshRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
+        Box::pin(async move {
+            let Some(ttl) = requests.iter().map(|req| req.ttl).min() else {
+                return Vec::new();
+            };
+            // Shared by the tasks of all masters, which may outlive the call.
+            let owned: Arc<[(Vec<String>, String, Duration)]> = requests
+                .iter()
+                .map(|req| (req.keys.to_vec(), req.token.to_owned(), req.ttl))
+                .collect();
+            let mut set = self.spawn(self.node_timeout(ttl), "refresh", move |backend| {
+                let owned = owned.clone();
+                async move {
+                    let requests: Vec<RefreshRequest<'_>> = owned
+                        .iter()
+                        .map(|(keys, token, ttl)| RefreshRequest::new(keys, token, *ttl))
+                        .collect();
+                    let refreshed = backend.refresh_many(&requests).await;
+                    Ok(Answer::<_, std::convert::Infallible>::Yes(refreshed))
+                }
+            });
+            let quorum = self.inner.quorum;
+            let mut votes: Vec<Votes> = requests.iter().map(|_| Votes::default()).collect();
+            while !votes.iter().all(|lease| lease.decided(quorum, set.len())) {
+                match set.join_next().await {
+                    Some(Ok((_, Ok(Answer::Yes(refreshed))))) => {
+                        for (lease, result) in votes.iter_mut().zip(refreshed) {
+                            match result {
+                                Ok(true) => lease.yes += 1,
+                                Ok(false) => lease.no += 1,
+                                Err(err) => lease.fail(&err, err.to_string()),
+                            }
+                        }
+                    }
+                    Some(Ok((_, Ok(Answer::No(never))))) => match never {},
+                    Some(Ok((_, Err(err)))) => {
+                        let reason = err.to_string();
+                        for lease in &mut votes {
+                            lease.fail(&err, reason.clone());
+                        }
+                    }
+                    // Tasks do not panic and are only cancelled with the set.
+                    Some(Err(err)) => {
+                        let err: LockError =
+                            BackendError::new(BackendErrorKind::Other, "redlock", err.to_string())
+                                .into();
+                        let reason = err.to_string();
+                        for lease in &mut votes {
+                            lease.fail(&err, reason.clone());
+                        }
+                    }
+                    None => break,
+                }
+            }
+            // Stragglers extend the leases on more masters; let them.
+            set.detach_all();
+            votes
+                .into_iter()
+                .map(|lease| {
+                    if lease.yes >= quorum {
+                        Ok(true)
+                    } else if lease.yes + lease.no >= quorum {
+                        Ok(false)
+                    } else {
+                        Err(BackendError::new(
+                            lease.kind.unwrap_or(BackendErrorKind::Other),
+                            format!("{}: refresh", self.inner.name),
+                            format!(
+                                "{} of {} masters answered, a majority ({quorum}) is needed: {}",
+                                lease.yes + lease.no,
+                                self.inner.masters.len(),
+                                lease.failed.join("; "),
+                            ),
+                        )
+                        .into())
+                    }
+                })
+                .collect()
         })
     }
 
