@@ -5,6 +5,7 @@
 mod support;
 
 mod cases;
+mod fair;
 mod fixture;
 mod logs;
 mod redis;

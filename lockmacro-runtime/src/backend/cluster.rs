@@ -5,11 +5,12 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
-    ACQUIRE, ACQUIRE_LUA, REFRESH, REFRESH_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
-    acquired, backend_error, millis, pttl, redact,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_LUA, RELEASE,
+    RELEASE_LUA, REMAINING, REMAINING_LUA, acquired, backend_error, millis, pttl, redact,
+    with_queues,
 };
 use super::slot::check_same_slot;
-use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN};
+use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN, derived_queue_key};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
@@ -41,6 +42,13 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 /// and `{order:7}:payment`, or put the tag in the namespace
 /// (`with_namespace("{billing}")`) to keep every key of a locker in one slot.
 /// The derived fence key (`{K}:fence`) always shares its lock's slot.
+///
+/// # Fair obtains
+///
+/// Fair waiters queue at `{K}:queue`, in the lock's slot, and releases hand
+/// the key to the first one as on a single server. The cluster backend has
+/// no release wake-ups, so a fair waiter learns that the key was handed to it
+/// at its next attempt, after its retry strategy's backoff.
 ///
 /// # Failover
 ///
@@ -201,6 +209,19 @@ impl Backend for ClusterBackend {
             keys.extend(req.fence_key.map(str::to_owned));
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);
+            if let Some(wait) = req.queue_for {
+                let mut keys = vec![req.keys[0].clone(), derived_queue_key(&req.keys[0])];
+                keys.extend(req.fence_key.map(str::to_owned));
+                let reply: Vec<i64> = self
+                    .invoke(
+                        "obtain",
+                        &keys,
+                        (&ACQUIRE_FAIR, ACQUIRE_FAIR_LUA),
+                        &[req.value, &ttl, &millis(wait)],
+                    )
+                    .await?;
+                return acquired(&reply, req.fence_key.is_some(), &self.name);
+            }
             let reply: Vec<i64> = self
                 .invoke(
                     "obtain",
@@ -243,7 +264,12 @@ impl Backend for ClusterBackend {
                 return Ok(false);
             }
             let done: i64 = self
-                .invoke("release", keys, (&RELEASE, RELEASE_LUA), &[token])
+                .invoke(
+                    "release",
+                    &with_queues(keys),
+                    (&RELEASE, RELEASE_LUA),
+                    &[token],
+                )
                 .await?;
             Ok(done == 1)
         })
@@ -264,5 +290,9 @@ impl Backend for ClusterBackend {
                 .await?;
             Ok(pttl(remaining))
         })
+    }
+
+    fn fair(&self) -> bool {
+        true
     }
 }

@@ -12,18 +12,23 @@ use redis::{
 };
 use tokio::sync::watch;
 
-use super::{AcquireRequest, Acquired, Backend, BoxFuture, ReleaseListener, TOKEN_LEN};
+use super::{
+    AcquireRequest, Acquired, Backend, BoxFuture, ReleaseListener, TOKEN_LEN, derived_queue_key,
+};
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
 
 // The sources are kept next to their `Script`s for the cluster backend, which
 // falls back to `EVAL` with the source itself (see `cluster.rs`).
 pub(super) const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
+pub(super) const ACQUIRE_FAIR_LUA: &str = include_str!("scripts/acquire_fair.lua");
 pub(super) const REFRESH_LUA: &str = include_str!("scripts/refresh.lua");
 pub(super) const RELEASE_LUA: &str = include_str!("scripts/release.lua");
 pub(super) const REMAINING_LUA: &str = include_str!("scripts/remaining.lua");
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+pub(super) static ACQUIRE_FAIR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
 pub(super) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(REFRESH_LUA));
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(super) static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(REMAINING_LUA));
@@ -92,6 +97,11 @@ impl RedisConfig {
 /// lacks `+publish +subscribe +unsubscribe` or the channels
 /// `&lockmacro:released:*`, waiters fall back to their retry strategy's
 /// backoff, still bounded by the holder's remaining lease.
+///
+/// Fair obtains ([`ObtainOptions::fair`](crate::ObtainOptions::fair)) queue in
+/// a list at `{K}:queue` (`K:queue` when `K` has a hash tag); the release
+/// script hands the key to the first live waiter and publishes its token on
+/// the same channel.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
@@ -194,7 +204,13 @@ impl RedisBackend {
 /// scripts, loaded on first use as before.
 async fn preload(mut conn: ConnectionManager, timeout: Duration) {
     let mut pipe = redis::pipe();
-    for source in [ACQUIRE_LUA, REFRESH_LUA, RELEASE_LUA, REMAINING_LUA] {
+    for source in [
+        ACQUIRE_LUA,
+        ACQUIRE_FAIR_LUA,
+        REFRESH_LUA,
+        RELEASE_LUA,
+        REMAINING_LUA,
+    ] {
         pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
     }
     let load = pipe.query_async::<()>(&mut conn);
@@ -224,6 +240,8 @@ struct Wakeups {
     /// `channels` that decides it, so the two never disagree for long.
     connection: tokio::sync::Mutex<Option<Connection>>,
     channels: Mutex<HashMap<String, Channel>>,
+    /// Fair waiters by token: told when a release hands them their key.
+    grants: Mutex<HashMap<String, Grant>>,
     /// Id of the last connection reported closed (ids start at 1).
     closed: AtomicU64,
 }
@@ -241,11 +259,20 @@ struct Channel {
     connection: u64,
 }
 
+struct Grant {
+    /// Set to `Some(fence)` by the message that hands the key over.
+    granted: watch::Sender<Option<u64>>,
+    /// The connection its channel is subscribed on.
+    connection: u64,
+}
+
 /// Keeps one listener's channel subscribed; the last one to go unsubscribes.
 struct Subscription {
     wakeups: Arc<Wakeups>,
     channel: String,
     connection: u64,
+    /// A fair waiter's token, forgotten with the listener.
+    token: Option<String>,
 }
 
 /// Receives the pushes of one pub/sub connection.
@@ -263,6 +290,7 @@ impl Wakeups {
             timeout: config.connect_timeout + config.response_timeout,
             connection: tokio::sync::Mutex::default(),
             channels: Mutex::default(),
+            grants: Mutex::default(),
             closed: AtomicU64::new(0),
         }
     }
@@ -270,6 +298,13 @@ impl Wakeups {
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         // Every change is a single map operation: a panic cannot leave it torn.
         self.channels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn grants(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
+        // As for `channels`: single map operations only.
+        self.grants
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -304,7 +339,9 @@ impl Wakeups {
         }
     }
 
-    async fn listen(self: &Arc<Self>, key: &str) -> ReleaseListener {
+    /// Listens for releases of `key`, or, given a fair waiter's `token`, for
+    /// the release that hands `key` to it.
+    async fn listen(self: &Arc<Self>, key: &str, token: Option<&str>) -> ReleaseListener {
         let channel = release_channel(key);
         let mut connection = self.connection.lock().await;
         if connection
@@ -349,6 +386,7 @@ impl Wakeups {
             wakeups: self.clone(),
             channel,
             connection: id,
+            token: None,
         };
         if !subscribed {
             let subscribe = open.conn.subscribe(&subscription.channel);
@@ -364,12 +402,31 @@ impl Wakeups {
                 return ReleaseListener::deaf();
             }
         }
-        ReleaseListener::new(releases, subscription)
+        match token {
+            Some(token) => {
+                // Registered once subscribed: a hand-off before this point is
+                // seen by the caller's next attempt, which finds the key
+                // holding its value.
+                let (granted, receiver) = watch::channel(None);
+                let grant = Grant {
+                    granted,
+                    connection: id,
+                };
+                self.grants().insert(token.to_owned(), grant);
+                let mut subscription = subscription;
+                subscription.token = Some(token.to_owned());
+                ReleaseListener::granting(receiver, subscription)
+            }
+            None => ReleaseListener::new(releases, subscription),
+        }
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if let Some(token) = &self.token {
+            self.wakeups.grants().remove(token);
+        }
         let last = {
             let mut channels = self.wakeups.channels();
             match channels.get_mut(&self.channel) {
@@ -416,6 +473,14 @@ impl AsyncPushSender for Pushes {
                 {
                     entry.releases.send_modify(|releases| *releases += 1);
                 }
+                // A hand-off to a fair waiter: "<token>:<fence>".
+                if let Some(Value::BulkString(message)) = push.data.get(1)
+                    && let Ok(message) = std::str::from_utf8(message)
+                    && let Some((token, fence)) = message.split_once(':')
+                    && let Some(grant) = wakeups.grants().get(token)
+                {
+                    grant.granted.send_replace(Some(fence.parse().unwrap_or(0)));
+                }
             }
             PushKind::Disconnection => {
                 tracing::debug!(target: "lockmacro", "pub/sub connection closed; waiters fall back to backoff");
@@ -424,6 +489,9 @@ impl AsyncPushSender for Pushes {
                 wakeups
                     .channels()
                     .retain(|_, entry| entry.connection != self.connection);
+                wakeups
+                    .grants()
+                    .retain(|_, grant| grant.connection != self.connection);
             }
             _ => {}
         }
@@ -466,6 +534,12 @@ pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> Backen
     BackendError::new(kind, format!("{server}: {what}"), message).with_source(err)
 }
 
+/// The keys of the release script: the lock keys, then their queues.
+pub(super) fn with_queues(keys: &[String]) -> Vec<String> {
+    let queues = keys.iter().map(|key| derived_queue_key(key));
+    keys.iter().cloned().chain(queues).collect()
+}
+
 pub(super) fn millis(ttl: Duration) -> String {
     ttl.as_millis().to_string()
 }
@@ -501,6 +575,15 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);
+            if let Some(wait) = req.queue_for {
+                let mut keys = vec![req.keys[0].clone(), derived_queue_key(&req.keys[0])];
+                keys.extend(req.fence_key.map(str::to_owned));
+                let wait = millis(wait);
+                let reply: Vec<i64> = self
+                    .invoke("obtain", &keys, &ACQUIRE_FAIR, &[req.value, &ttl, &wait])
+                    .await?;
+                return acquired(&reply, req.fence_key.is_some(), &self.name);
+            }
             let reply: Vec<i64> = match req.fence_key {
                 Some(fence_key) => {
                     let mut keys = req.keys.to_vec();
@@ -543,7 +626,9 @@ impl Backend for RedisBackend {
             if token.len() != TOKEN_LEN {
                 return Ok(false);
             }
-            let done: i64 = self.invoke("release", keys, &RELEASE, &[token]).await?;
+            let done: i64 = self
+                .invoke("release", &with_queues(keys), &RELEASE, &[token])
+                .await?;
             Ok(done == 1)
         })
     }
@@ -563,7 +648,15 @@ impl Backend for RedisBackend {
     }
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key))
+        Box::pin(self.wakeups.listen(key, None))
+    }
+
+    fn fair(&self) -> bool {
+        true
+    }
+
+    fn listen_granted<'a>(&'a self, key: &'a str, token: &'a str) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, Some(token)))
     }
 }
 
