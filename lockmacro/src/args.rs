@@ -662,7 +662,10 @@ mod tests {
 
     #[test]
     fn fair() {
-        assert!(plan(quote!(key = "k", ttl = "1s", wait = "1s", fair = true)).is_ok_and(|plan| plan.fair));
+        assert!(
+            plan(quote!(key = "k", ttl = "1s", wait = "1s", fair = true))
+                .is_ok_and(|plan| plan.fair)
+        );
         assert!(plan(quote!(key = "k", ttl = "1s", wait = "1s", fair)).is_ok_and(|plan| plan.fair));
         assert!(plan(quote!(key = "k", ttl = "1s", fair = false)).is_ok_and(|plan| !plan.fair));
         assert_eq!(
@@ -670,7 +673,12 @@ mod tests {
             "`fair = true` needs `wait = \"…\"`: fair waiters keep their place in the queue until then; add `wait`, as in `wait = \"10s\"`"
         );
         assert_eq!(
-            error(quote!(keys = ["a", "b"], ttl = "1s", wait = "1s", fair = true)),
+            error(quote!(
+                keys = ["a", "b"],
+                ttl = "1s",
+                wait = "1s",
+                fair = true
+            )),
             "`fair = true` takes one `key`: waiters queue per key; remove `fair` to lock several keys"
         );
         assert_eq!(

@@ -96,7 +96,12 @@ fn design_card_angle_brackets() {
 fn fair_waiter() {
     snapshot(
         "fair_waiter",
-        quote!(key = "printer:{p.id}", ttl = "30s", wait = "2m", fair = true),
+        quote!(
+            key = "printer:{p.id}",
+            ttl = "30s",
+            wait = "2m",
+            fair = true
+        ),
         quote! {
             async fn print(p: &Printer, doc: Doc) -> Result<(), PrintError> {
                 p.print(doc).await

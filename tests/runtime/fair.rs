@@ -11,6 +11,7 @@ use std::time::Duration;
 use lockmacro_runtime::{Lock, LockError, Locker, MemoryBackend, ObtainOptions, RetryStrategy};
 
 use crate::support::RedisServer;
+use crate::support::cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);
@@ -94,7 +95,14 @@ fn script_calls(server: &RedisServer) -> u64 {
     let info: String = server.cmd(&["INFO", "commandstats"]);
     info.lines()
         .filter(|line| line.starts_with("cmdstat_eval"))
-        .filter_map(|line| line.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|line| {
+            line.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -119,7 +127,11 @@ fn memory_lockers(n: usize) -> Vec<Locker> {
 
 /// Five waiters, queued one after the other, obtain in that order; each
 /// releases at once, handing the key to the next.
-async fn arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
+async fn arrival_order_is_respected(
+    queue: Queue<'_>,
+    lockers: Vec<Locker>,
+    fair: fn() -> ObtainOptions,
+) {
     let held = lockers[0]
         .obtain("job", TTL, ObtainOptions::new())
         .await
@@ -130,7 +142,10 @@ async fn arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
         let waiter = queue.join(locker, "job", fair(), place as i64 + 1).await;
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
-            let lock = waiter.await.expect("waiter task").expect("the waiter obtains");
+            let lock = waiter
+                .await
+                .expect("waiter task")
+                .expect("the waiter obtains");
             order.lock().unwrap().push(place);
             lock.release().await.expect("release");
         }));
@@ -150,12 +165,36 @@ async fn arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
 async fn redis_arrival_order_is_respected() {
     let server = RedisServer::start();
     let lockers = redis_lockers(&server, 6).await;
-    arrival_order_is_respected(Queue::Redis(&server), lockers).await;
+    arrival_order_is_respected(Queue::Redis(&server), lockers, fair).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_arrival_order_is_respected() {
-    arrival_order_is_respected(Queue::Memory, memory_lockers(6)).await;
+    arrival_order_is_respected(Queue::Memory, memory_lockers(6), fair).await;
+}
+
+/// On a cluster the queue lives in the lock's slot and releases hand the key
+/// over the same way; with no wake-ups there, waiters find out at their next
+/// attempt (a 20 ms backoff here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_arrival_order_is_respected() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("starting the cluster");
+    let mut lockers = Vec::new();
+    for _ in 0..6 {
+        match Locker::cluster(cluster.seeds()).await {
+            Ok(locker) => lockers.push(locker),
+            Err(err) => cluster.fail(format_args!("connect: {err:?}")),
+        }
+    }
+    let master = cluster.node(cluster.master_for("{job}:queue"));
+    let polling = || {
+        ObtainOptions::new().fair().retry(
+            RetryStrategy::linear(Duration::from_millis(20)).deadline(Duration::from_secs(30)),
+        )
+    };
+    arrival_order_is_respected(Queue::Redis(master), lockers, polling).await;
 }
 
 /// The release hands the key over: the key holds the waiter's value, and the
@@ -205,7 +244,10 @@ async fn redis_waiters_send_nothing_between_hand_offs() {
             .join(locker, "job", fair(), place as i64 + 1)
             .await;
         waiters.push(tokio::spawn(async move {
-            let lock = waiter.await.expect("waiter task").expect("the waiter obtains");
+            let lock = waiter
+                .await
+                .expect("waiter task")
+                .expect("the waiter obtains");
             lock.release().await.expect("release");
         }));
     }
@@ -284,7 +326,9 @@ async fn redis_dead_waiter_is_skipped_after_its_expiry() {
         now_ms + 300
     );
     let _: i64 = server.cmd(&["RPUSH", "{job}:queue", &dead]);
-    let waiter = Queue::Redis(&server).join(&lockers[1], "job", fair(), 2).await;
+    let waiter = Queue::Redis(&server)
+        .join(&lockers[1], "job", fair(), 2)
+        .await;
     // Let the dead entry expire (a passage of time, not a synchronisation).
     tokio::time::sleep(Duration::from_millis(400)).await;
     server.expect_ok(held.release().await, "release");

@@ -170,7 +170,9 @@ impl State {
         let queue = self.queues.entry(key.clone()).or_default();
         queue.retain(|waiter| waiter.expires > now);
         let mine = queue.iter().position(|waiter| waiter.token() == token);
-        let head = queue.front().map(|waiter| (waiter.token() == token, waiter.expires));
+        let head = queue
+            .front()
+            .map(|waiter| (waiter.token() == token, waiter.expires));
         if held.is_none() && head.is_none_or(|(ours, _)| ours) {
             if let Some(mine) = mine {
                 queue.remove(mine);
@@ -353,8 +355,15 @@ impl Backend for MemoryBackend {
         true
     }
 
-    fn listen_granted<'a>(&'a self, key: &'a str, token: &'a str) -> BoxFuture<'a, ReleaseListener> {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
         let _ = key;
-        ready(ReleaseListener::granting(self.state().listen_granted(token), ()))
+        ready(ReleaseListener::granting(
+            self.state().listen_granted(token),
+            (),
+        ))
     }
 }

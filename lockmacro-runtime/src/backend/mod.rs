@@ -155,7 +155,11 @@ pub trait Backend: Send + Sync + 'static {
     /// this waiter ([`ReleaseListener::granted`]), and nothing else. The
     /// default hears nothing: the waiter finds out by trying again, as the
     /// acquire of a key that already holds its value reports `Obtained`.
-    fn listen_granted<'a>(&'a self, key: &'a str, token: &'a str) -> BoxFuture<'a, ReleaseListener> {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
         let _ = (key, token);
         Box::pin(std::future::ready(ReleaseListener::deaf()))
     }
@@ -306,7 +310,11 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         (**self).fair()
     }
 
-    fn listen_granted<'a>(&'a self, key: &'a str, token: &'a str) -> BoxFuture<'a, ReleaseListener> {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
         (**self).listen_granted(key, token)
     }
 }

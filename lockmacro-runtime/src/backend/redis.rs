@@ -27,8 +27,7 @@ pub(super) const RELEASE_LUA: &str = include_str!("scripts/release.lua");
 pub(super) const REMAINING_LUA: &str = include_str!("scripts/remaining.lua");
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-pub(super) static ACQUIRE_FAIR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
+pub(super) static ACQUIRE_FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
 pub(super) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(REFRESH_LUA));
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(super) static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(REMAINING_LUA));
@@ -655,7 +654,11 @@ impl Backend for RedisBackend {
         true
     }
 
-    fn listen_granted<'a>(&'a self, key: &'a str, token: &'a str) -> BoxFuture<'a, ReleaseListener> {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
         Box::pin(self.wakeups.listen(key, Some(token)))
     }
 }
