@@ -319,6 +319,12 @@ impl Locker {
         // that a wait ends when the holder releases rather than at the end of
         // the backoff.
         let mut listening: Option<(usize, ReleaseListener)> = None;
+        if opts.fair && !opts.retry.is_none() && self.backend().listening(&wire_keys[0]) {
+            // Listening first costs nothing now; then the first attempt is
+            // the only one: a hand-off can only follow it.
+            let listener = self.backend().listen_granted(&wire_keys[0], &token).await;
+            listening = Some((0, listener));
+        }
         loop {
             attempts += 1;
             let sent = Instant::now();

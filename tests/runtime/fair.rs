@@ -45,7 +45,8 @@ impl Queue<'_> {
         match self {
             Queue::Redis(server) => {
                 // Queued after its first attempt; quiet after the second,
-                // sent once it listens for the hand-off.
+                // sent once it listens for the hand-off (a locker that has
+                // not listened to the key before needs both).
                 let before = script_calls(server);
                 let waiter = tokio::spawn(obtain);
                 until_queued(server, key, place).await;

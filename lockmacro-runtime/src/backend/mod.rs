@@ -163,6 +163,15 @@ pub trait Backend: Send + Sync + 'static {
         let _ = (key, token);
         Box::pin(std::future::ready(ReleaseListener::deaf()))
     }
+
+    /// True when [`listen_granted`](Self::listen_granted) on `key` would
+    /// cost no round trip right now. A fair waiter then listens before its
+    /// first attempt, and needs no second attempt once it is queued. False
+    /// by default.
+    fn listening(&self, key: &str) -> bool {
+        let _ = key;
+        false
+    }
 }
 
 /// Interest in the releases of one key; see [`Backend::listen`].
@@ -316,6 +325,10 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         token: &'a str,
     ) -> BoxFuture<'a, ReleaseListener> {
         (**self).listen_granted(key, token)
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        (**self).listening(key)
     }
 }
 

@@ -218,6 +218,9 @@ async fn preload(mut conn: ConnectionManager, timeout: Duration) {
     }
 }
 
+/// How long a fair waiter's channel stays subscribed after its last listener.
+const FAIR_LINGER: Duration = Duration::from_secs(1);
+
 /// The channel on which `release.lua` announces the release of `key`.
 fn release_channel(key: &str) -> String {
     format!("lockmacro:released:{key}")
@@ -256,6 +259,10 @@ struct Channel {
     listeners: usize,
     /// The connection it is subscribed on.
     connection: u64,
+    /// When `listeners` last fell to zero.
+    idle_since: tokio::time::Instant,
+    /// A task will unsubscribe it once idle for `FAIR_LINGER`.
+    lingering: bool,
 }
 
 struct Grant {
@@ -338,6 +345,15 @@ impl Wakeups {
         }
     }
 
+    /// True when the channel of `key` is subscribed on a live connection:
+    /// listening to it then takes no round trip.
+    fn subscribed(&self, key: &str) -> bool {
+        let closed = self.closed.load(Ordering::Acquire);
+        self.channels()
+            .get(&release_channel(key))
+            .is_some_and(|entry| entry.connection != closed)
+    }
+
     /// Listens for releases of `key`, or, given a fair waiter's `token`, for
     /// the release that hands `key` to it.
     async fn listen(self: &Arc<Self>, key: &str, token: Option<&str>) -> ReleaseListener {
@@ -375,6 +391,8 @@ impl Wakeups {
                         releases: sender,
                         listeners: 1,
                         connection: id,
+                        idle_since: tokio::time::Instant::now(),
+                        lingering: false,
                     };
                     channels.insert(channel.clone(), entry);
                     (receiver, false)
@@ -426,16 +444,26 @@ impl Drop for Subscription {
         if let Some(token) = &self.token {
             self.wakeups.grants().remove(token);
         }
+        // A fair waiter that got its key is likely to queue again soon: its
+        // channel stays subscribed a while, so that it can listen before its
+        // next first attempt at no cost (see `Wakeups::subscribed`).
+        let linger = self.token.is_some() && tokio::runtime::Handle::try_current().is_ok();
         let last = {
             let mut channels = self.wakeups.channels();
             match channels.get_mut(&self.channel) {
                 Some(entry) if entry.connection == self.connection => {
                     entry.listeners -= 1;
                     let last = entry.listeners == 0;
-                    if last {
-                        channels.remove(&self.channel);
+                    if last && linger {
+                        entry.idle_since = tokio::time::Instant::now();
+                        // One task per channel watches it.
+                        !std::mem::replace(&mut entry.lingering, true)
+                    } else {
+                        if last {
+                            channels.remove(&self.channel);
+                        }
+                        last
                     }
-                    last
                 }
                 _ => false,
             }
@@ -448,6 +476,24 @@ impl Drop for Subscription {
         let channel = std::mem::take(&mut self.channel);
         let id = self.connection;
         runtime.spawn(async move {
+            let mut wait = FAIR_LINGER;
+            while linger {
+                tokio::time::sleep(wait).await;
+                let mut channels = wakeups.channels();
+                let Some(entry) = channels
+                    .get(&channel)
+                    .filter(|entry| entry.connection == id)
+                else {
+                    return;
+                };
+                let idle = entry.idle_since.elapsed();
+                if entry.listeners > 0 || idle < FAIR_LINGER {
+                    wait = FAIR_LINGER.saturating_sub(idle).max(FAIR_LINGER / 10);
+                    continue;
+                }
+                channels.remove(&channel);
+                break;
+            }
             let mut connection = wakeups.connection.lock().await;
             // A listener may have come for the channel since: then it stays.
             if wakeups.channels().contains_key(&channel) {
@@ -660,6 +706,10 @@ impl Backend for RedisBackend {
         token: &'a str,
     ) -> BoxFuture<'a, ReleaseListener> {
         Box::pin(self.wakeups.listen(key, Some(token)))
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        self.wakeups.subscribed(key)
     }
 }
 

@@ -42,6 +42,8 @@ for i = 1, n do
         end
         redis.pcall('PUBLISH', 'lockmacro:released:' .. key, string.sub(entry.v, 1, 32) .. ':' .. fence)
         granted = true
+        -- An owner has no entry of its own left: the rest can wait.
+        break
       end
     end
   end
