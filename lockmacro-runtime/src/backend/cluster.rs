@@ -7,7 +7,7 @@ use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_LUA, RELEASE,
     RELEASE_LUA, REMAINING, REMAINING_LUA, acquired, backend_error, millis, pttl, redact,
-    with_queues,
+    release_args,
 };
 use super::slot::check_same_slot;
 use super::{AcquireRequest, Acquired, Backend, BoxFuture, TOKEN_LEN, derived_queue_key};
@@ -210,16 +210,12 @@ impl Backend for ClusterBackend {
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);
             if let Some(wait) = req.queue_for {
-                let mut keys = vec![req.keys[0].clone(), derived_queue_key(&req.keys[0])];
+                let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
-                let reply: Vec<i64> = self
-                    .invoke(
-                        "obtain",
-                        &keys,
-                        (&ACQUIRE_FAIR, ACQUIRE_FAIR_LUA),
-                        &[req.value, &ttl, &millis(wait)],
-                    )
-                    .await?;
+                let (wait, queue) = (millis(wait), derived_queue_key(&req.keys[0]));
+                let args = [req.value, &ttl, &wait, &queue];
+                let script = (&*ACQUIRE_FAIR, ACQUIRE_FAIR_LUA);
+                let reply: Vec<i64> = self.invoke("obtain", &keys, script, &args).await?;
                 return acquired(&reply, req.fence_key.is_some(), &self.name);
             }
             let reply: Vec<i64> = self
@@ -263,13 +259,10 @@ impl Backend for ClusterBackend {
             if token.len() != TOKEN_LEN {
                 return Ok(false);
             }
+            let args = release_args(keys, token);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let done: i64 = self
-                .invoke(
-                    "release",
-                    &with_queues(keys),
-                    (&RELEASE, RELEASE_LUA),
-                    &[token],
-                )
+                .invoke("release", keys, (&RELEASE, RELEASE_LUA), &args)
                 .await?;
             Ok(done == 1)
         })

@@ -477,22 +477,25 @@ impl Drop for Subscription {
         let id = self.connection;
         runtime.spawn(async move {
             let mut wait = FAIR_LINGER;
-            while linger {
-                tokio::time::sleep(wait).await;
-                let mut channels = wakeups.channels();
-                let Some(entry) = channels
-                    .get(&channel)
-                    .filter(|entry| entry.connection == id)
-                else {
-                    return;
-                };
-                let idle = entry.idle_since.elapsed();
-                if entry.listeners > 0 || idle < FAIR_LINGER {
-                    wait = FAIR_LINGER.saturating_sub(idle).max(FAIR_LINGER / 10);
-                    continue;
+            if linger {
+                // Ends by `break` (idle long enough) or `return` (gone).
+                loop {
+                    tokio::time::sleep(wait).await;
+                    let mut channels = wakeups.channels();
+                    let Some(entry) = channels
+                        .get(&channel)
+                        .filter(|entry| entry.connection == id)
+                    else {
+                        return;
+                    };
+                    let idle = entry.idle_since.elapsed();
+                    if entry.listeners > 0 || idle < FAIR_LINGER {
+                        wait = FAIR_LINGER.saturating_sub(idle).max(FAIR_LINGER / 10);
+                        continue;
+                    }
+                    channels.remove(&channel);
+                    break;
                 }
-                channels.remove(&channel);
-                break;
             }
             let mut connection = wakeups.connection.lock().await;
             // A listener may have come for the channel since: then it stays.
@@ -579,10 +582,11 @@ pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> Backen
     BackendError::new(kind, format!("{server}: {what}"), message).with_source(err)
 }
 
-/// The keys of the release script: the lock keys, then their queues.
-pub(super) fn with_queues(keys: &[String]) -> Vec<String> {
+/// The arguments of the release script: the token, then the lock keys'
+/// queues.
+pub(super) fn release_args(keys: &[String], token: &str) -> Vec<String> {
     let queues = keys.iter().map(|key| derived_queue_key(key));
-    keys.iter().cloned().chain(queues).collect()
+    std::iter::once(token.to_owned()).chain(queues).collect()
 }
 
 pub(super) fn millis(ttl: Duration) -> String {
@@ -621,12 +625,11 @@ impl Backend for RedisBackend {
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);
             if let Some(wait) = req.queue_for {
-                let mut keys = vec![req.keys[0].clone(), derived_queue_key(&req.keys[0])];
+                let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
-                let wait = millis(wait);
-                let reply: Vec<i64> = self
-                    .invoke("obtain", &keys, &ACQUIRE_FAIR, &[req.value, &ttl, &wait])
-                    .await?;
+                let (wait, queue) = (millis(wait), derived_queue_key(&req.keys[0]));
+                let args = [req.value, &ttl, &wait, &queue];
+                let reply: Vec<i64> = self.invoke("obtain", &keys, &ACQUIRE_FAIR, &args).await?;
                 return acquired(&reply, req.fence_key.is_some(), &self.name);
             }
             let reply: Vec<i64> = match req.fence_key {
@@ -671,9 +674,9 @@ impl Backend for RedisBackend {
             if token.len() != TOKEN_LEN {
                 return Ok(false);
             }
-            let done: i64 = self
-                .invoke("release", &with_queues(keys), &RELEASE, &[token])
-                .await?;
+            let args = release_args(keys, token);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let done: i64 = self.invoke("release", keys, &RELEASE, &args).await?;
             Ok(done == 1)
         })
     }

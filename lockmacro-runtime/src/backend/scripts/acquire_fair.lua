@@ -1,7 +1,8 @@
 -- A fair attempt to take KEYS[1] for ARGV[2] ms with value ARGV[1] (the
--- 32-character token, then metadata). KEYS[2] is the key's queue of waiters;
--- KEYS[3], when present, is the fence counter: INCR'd and returned.
--- ARGV[3] = how long this waiter stays queued, in ms (0: do not queue).
+-- 32-character token, then metadata). KEYS[2], when present, is the fence
+-- counter: INCR'd and returned. ARGV[3] = how long this waiter stays queued,
+-- in ms (0: do not queue). ARGV[4] names the key's queue of waiters, in
+-- KEYS[1]'s cluster slot (undeclared, as in release.lua).
 -- The queue is a list, oldest first, of cjson entries {v = value, t = ttl ms,
 -- e = expiry (server time, ms), f = fence key or ''}; release.lua hands the
 -- key to its first live entry. Entries past their expiry are dropped.
@@ -10,14 +11,14 @@
 -- waiter's expiry when the key is free but someone else is first).
 -- Taking a key that already holds exactly ARGV[1] succeeds: a retry whose
 -- reply was lost, or a waiter the key was handed to.
-local key, queue, value = KEYS[1], KEYS[2], ARGV[1]
+local key, value, queue = KEYS[1], ARGV[1], ARGV[4]
 local token = string.sub(value, 1, 32)
 
 local current = redis.call('GET', key)
 if current == value then
   redis.call('PEXPIRE', key, ARGV[2])
-  if #KEYS > 2 then
-    return {1, tonumber(redis.call('GET', KEYS[3]) or 0)}
+  if #KEYS > 1 then
+    return {1, tonumber(redis.call('GET', KEYS[2]) or 0)}
   end
   return {1, 0}
 end
@@ -43,8 +44,8 @@ if not current and (not head or string.sub(head.v, 1, 32) == token) then
     redis.call('LREM', queue, 1, mine)
   end
   redis.call('SET', key, value, 'PX', ARGV[2])
-  if #KEYS > 2 then
-    return {1, redis.call('INCR', KEYS[3])}
+  if #KEYS > 1 then
+    return {1, redis.call('INCR', KEYS[2])}
   end
   return {1, 0}
 end
@@ -52,7 +53,7 @@ end
 local wait = tonumber(ARGV[3])
 if wait > 0 and not mine then
   local ttl = tonumber(ARGV[2])
-  redis.call('RPUSH', queue, cjson.encode({v = value, t = ttl, e = now + wait, f = KEYS[3] or ''}))
+  redis.call('RPUSH', queue, cjson.encode({v = value, t = ttl, e = now + wait, f = KEYS[2] or ''}))
   -- The queue outlives its last entry's lease, then goes by itself.
   if redis.call('PTTL', queue) < wait + ttl then
     redis.call('PEXPIRE', queue, wait + ttl)

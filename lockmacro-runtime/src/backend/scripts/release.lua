@@ -1,6 +1,9 @@
--- Deletes each of KEYS[1..n] that still starts with token ARGV[1]; keys held
--- by someone else are left alone. KEYS[n+i] is the queue of fair waiters of
--- KEYS[i] (see acquire_fair.lua). Returns 1 if all were ours, else 0.
+-- Deletes each of KEYS[*] that still starts with token ARGV[1]; keys held
+-- by someone else are left alone. ARGV[1+i] names the queue of fair waiters
+-- of KEYS[i] (see acquire_fair.lua), in KEYS[i]'s cluster slot; it is not
+-- declared, so that a release touches one declared key per lock key, as
+-- before queues, while a cluster slot migrates. Returns 1 if all were ours,
+-- else 0.
 -- A deleted key whose queue has a live waiter is handed to it at once: SET to
 -- its value with its ttl, its fence counter INCR'd, and "<token>:<fence>"
 -- published on "lockmacro:released:<key>", so that it holds the key without
@@ -11,11 +14,10 @@
 -- redis.pcall: a user whose ACL denies the channel still releases; its
 -- waiters then wait by backoff.
 local token = ARGV[1]
-local n = #KEYS / 2
 local all = 1
 local now
-for i = 1, n do
-  local key, queue = KEYS[i], KEYS[n + i]
+for i = 1, #KEYS do
+  local key, queue = KEYS[i], ARGV[1 + i]
   local value = redis.call('GET', key)
   local owned = value and string.sub(value, 1, #token) == token
   if owned then
