@@ -693,9 +693,17 @@ async fn s2(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|(name, calls)| format!("{name} {calls}"))
             .collect();
+        // Acquire returned → release returned: the body plus the release
+        // round trip, the part of each section a hand-off cannot shorten.
+        let mut holds: Vec<Duration> = log
+            .iter()
+            .map(|section| section.released.saturating_duration_since(section.acquired))
+            .collect();
+        holds.sort_unstable();
         println!(
-            "    {} hand-offs between workers; server saw: {}",
+            "    {} hand-offs between workers; held p50 {} µs; server saw: {}",
             handoffs.len(),
+            micros(percentile(&holds, 0.5)),
             by_command.join(", ")
         );
         if !matches!(contender, Contender::Spin | Contender::Poll) {

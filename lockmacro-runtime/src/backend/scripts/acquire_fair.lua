@@ -25,17 +25,26 @@ end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- Expired entries are dropped from the front; one further back is skipped
+-- when it gets there. Only the front is decoded: this waiter's own entry is
+-- found by its token (hex, so never escaped, and `"v":"` cannot occur inside
+-- an encoded string).
+local entries = redis.call('LRANGE', queue, 0, -1)
 local head, mine
-for _, raw in ipairs(redis.call('LRANGE', queue, 0, -1)) do
+local first = #entries + 1
+for i, raw in ipairs(entries) do
   local entry = cjson.decode(raw)
-  if entry.e <= now then
-    redis.call('LREM', queue, 1, raw)
-  else
-    head = head or entry
-    if string.sub(entry.v, 1, 32) == token then
-      mine = raw
-      break
-    end
+  if entry.e > now then
+    head, first = entry, i
+    break
+  end
+  redis.call('LREM', queue, 1, raw)
+end
+local needle = '"v":"' .. token
+for i = first, #entries do
+  if string.find(entries[i], needle, 1, true) then
+    mine = entries[i]
+    break
   end
 end
 
