@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockmacro_runtime::{Lock, LockError, Locker, MemoryBackend, ObtainOptions, RetryStrategy};
+use lockmacro_runtime::{
+    Lock, LockError, Locker, MemoryBackend, ObtainOptions, RetryStrategy, distributed_lock,
+};
 
 use crate::support::RedisServer;
 use crate::support::cluster::RedisCluster;
@@ -466,4 +468,53 @@ async fn unfair_requests_are_refused() {
         }
         other => panic!("redlock took a fair obtain: {other:?}"),
     }
+}
+
+#[distributed_lock(key = "job", ttl = "30s", wait = "30s", locker = locker)]
+async fn attribute_waiter(locker: &Locker) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "job", ttl = "30s", wait = "30s", fair = true, locker = locker)]
+async fn fair_attribute_waiter(locker: &Locker) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// The attribute's `wait` waits for the release, not by its 2–200 ms backoff:
+/// a second of waiting costs no command, fair or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_attribute_waiters_send_nothing_between_wake_ups() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 3).await;
+    let held = server.expect_ok(
+        lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let before = script_calls(&server);
+    let plain = {
+        let locker = lockers[1].clone();
+        tokio::spawn(async move { attribute_waiter(&locker).await })
+    };
+    let fair = {
+        let locker = lockers[2].clone();
+        tokio::spawn(async move { fair_attribute_waiter(&locker).await })
+    };
+    // Each tries, listens, then tries once more.
+    for _ in 0..500 {
+        if script_calls(&server) >= before + 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        script_calls(&server),
+        0,
+        "waiting attribute calls sent commands"
+    );
+    server.expect_ok(held.release().await, "release");
+    let (plain, fair) = promptly("both obtain in turn", futures::future::join(plain, fair)).await;
+    plain.expect("task").expect("the plain waiter obtains");
+    fair.expect("task").expect("the fair waiter obtains");
 }
