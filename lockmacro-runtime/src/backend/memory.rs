@@ -177,6 +177,9 @@ impl State {
             if let Some(mine) = mine {
                 queue.remove(mine);
             }
+            if queue.is_empty() {
+                self.queues.remove(key);
+            }
             return self.acquire(req);
         }
         if !wait.is_zero() && mine.is_none() {
