@@ -646,16 +646,29 @@ enum Contender {
     Spin,
     /// `SET NX PX`, sleep `--poll-ms`, again.
     Poll,
-    /// `#[distributed_lock(wait = …)]`: exponential backoff (2 ms to 200 ms,
-    /// full jitter), cut short by wake-ups.
+    /// `#[distributed_lock(wait = …)]`: waits end by wake-ups (its 2–200 ms
+    /// backoff applies only where there are none).
     Attribute,
     /// `Locker::obtain` with a 1 s linear backoff: waits end by wake-ups
     /// alone.
     Runtime,
+    /// `#[distributed_lock(wait = …, fair = true)]`: queued, handed the key.
+    FairAttribute,
+    /// `Locker::obtain` with `fair()` and the 1 s linear backoff.
+    FairRuntime,
 }
 
 #[distributed_lock(key = "bench:s2", ttl = "30s", wait = "60s", locker = locker)]
 async fn s2_attribute(locker: &Locker, shared: &Contention) -> Result<(usize, Instant), LockError> {
+    let acquired = Instant::now();
+    Ok((shared.body().await, acquired))
+}
+
+#[distributed_lock(key = "bench:s2", ttl = "30s", wait = "60s", fair = true, locker = locker)]
+async fn s2_fair_attribute(
+    locker: &Locker,
+    shared: &Contention,
+) -> Result<(usize, Instant), LockError> {
     let acquired = Instant::now();
     Ok((shared.body().await, acquired))
 }
@@ -676,13 +689,15 @@ async fn s2_worker(
     for _ in 0..sections {
         let (seq, acquired) = match contender {
             Contender::Attribute => s2_attribute(&locker, &shared).await.unwrap(),
-            Contender::Runtime => {
+            Contender::FairAttribute => s2_fair_attribute(&locker, &shared).await.unwrap(),
+            Contender::Runtime | Contender::FairRuntime => {
                 let retry =
                     RetryStrategy::linear(Duration::from_secs(1)).deadline(Duration::from_secs(60));
-                let lock = locker
-                    .obtain("bench:s2", TTL, ObtainOptions::new().retry(retry))
-                    .await
-                    .unwrap();
+                let mut opts = ObtainOptions::new().retry(retry);
+                if contender == Contender::FairRuntime {
+                    opts = opts.fair();
+                }
+                let lock = locker.obtain("bench:s2", TTL, opts).await.unwrap();
                 let acquired = Instant::now();
                 let seq = shared.body().await;
                 lock.release().await.unwrap();
@@ -737,6 +752,8 @@ async fn s2(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
         ),
         (Contender::Attribute, "attribute wait = \"60s\""),
         (Contender::Runtime, "obtain, linear 1 s backoff"),
+        (Contender::FairAttribute, "attribute, fair = true"),
+        (Contender::FairRuntime, "obtain, fair, linear 1 s"),
     ] {
         let shared = Arc::new(Contention::new(args.workers, args.body));
         reset_stats(&mut admin).await;
@@ -801,12 +818,20 @@ async fn s2(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|(name, calls)| format!("{name} {calls}"))
             .collect();
+        // Acquire returned → release returned: the body plus the release
+        // round trip, the part of each section a hand-off cannot shorten.
+        let mut holds: Vec<Duration> = log
+            .iter()
+            .map(|section| section.released.saturating_duration_since(section.acquired))
+            .collect();
+        holds.sort_unstable();
         println!(
-            "    {} hand-offs between workers; server saw: {}",
+            "    {} hand-offs between workers; held p50 {} µs; server saw: {}",
             handoffs.len(),
+            micros(percentile(&holds, 0.5)),
             by_command.join(", ")
         );
-        if matches!(contender, Contender::Attribute | Contender::Runtime) {
+        if !matches!(contender, Contender::Spin | Contender::Poll) {
             println!("  {name}: sections/s vs floor {:.2}x", per_sec / floor);
         }
     }

@@ -23,6 +23,7 @@ pub struct Plan {
     ttl: Duration,
     refresh: Option<Duration>,
     wait: Option<Duration>,
+    fair: bool,
     fence: Fence,
     abort_on_lost: bool,
     hold_at_least: Option<Duration>,
@@ -42,6 +43,7 @@ impl Plan {
             ttl,
             refresh: None,
             wait: None,
+            fair: false,
             fence: Fence::Off,
             abort_on_lost: true,
             hold_at_least: None,
@@ -57,6 +59,12 @@ impl Plan {
     /// `wait = …`
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
+        self
+    }
+
+    /// `fair = true`
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
         self
     }
 
@@ -87,10 +95,16 @@ impl Plan {
     fn options(&self) -> ObtainOptions {
         let mut opts = ObtainOptions::new();
         if let Some(wait) = self.wait {
+            // The backoff only paces waiters the backend cannot wake (no
+            // pub/sub, or a cluster); the others wait for the release.
             opts = opts.retry(
                 RetryStrategy::exponential(Duration::from_millis(2), Duration::from_millis(200))
                     .deadline(wait),
             );
+            opts.wakeups_only = true;
+        }
+        if self.fair {
+            opts = opts.fair();
         }
         match &self.fence {
             Fence::Off => opts,

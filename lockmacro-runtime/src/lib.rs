@@ -121,6 +121,64 @@
 //! to store with the lock, and whether to mint a fencing token.
 //! [`Locker::obtain_many`] takes several keys all or nothing.
 //!
+//! ## Fair hand-off
+//!
+//! By default, waiters race: a release wakes them, and whoever's retry
+//! arrives first takes the key, often the releasing process itself. With
+//! [`ObtainOptions::fair`] (the attribute's `fair = true`), a waiter that
+//! finds the key held joins a queue kept next to the key (`{K}:queue`, in the
+//! lock's cluster slot), once however often it retries. A release hands the
+//! key to the first waiter still queued in the same script that deletes it:
+//! it sets the key to that waiter's value with its ttl (and mints its fencing
+//! token), then tells it so on the release channel. The waiter holds the lock
+//! when the message arrives and sends nothing more to take it.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::{Locker, ObtainOptions, RetryStrategy};
+//!
+//! let locker = Locker::memory();
+//! let ttl = Duration::from_secs(30);
+//! let held = locker.obtain("printer", ttl, ObtainOptions::new()).await?;
+//! let wait = RetryStrategy::linear(Duration::from_secs(1)).deadline(Duration::from_secs(10));
+//! let waiter = tokio::spawn({
+//!     let locker = locker.clone();
+//!     async move { locker.obtain("printer", ttl, ObtainOptions::new().fair().retry(wait)).await }
+//! });
+//! # tokio::task::yield_now().await;
+//! held.release().await?; // hands "printer" to the waiter
+//! waiter.await.unwrap()?.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! - **Who is served.** Waiters in the order their first attempt reached the
+//!   server. Ordinary (non-fair) obtains do not join the queue, but they
+//!   cannot overtake it either: while someone is queued, every release hands
+//!   the key on rather than freeing it. The one gap is a holder whose lease
+//!   runs out without a release: the key is then free until the first waiter
+//!   (woken by the end of that lease) takes it, and an ordinary obtain that
+//!   arrives first gets it.
+//! - **Leaving the queue.** A fair obtain needs a retry
+//!   [deadline](RetryStrategy::deadline): the waiter's entry lapses then,
+//!   and releases skip lapsed entries. A waiter that gives up, fails, or whose
+//!   future is dropped also removes its entry at once. A waiting process
+//!   that dies without doing so costs the queue nothing if its entry lapses
+//!   before its turn, and at most its ttl if the key is handed to it first.
+//! - **The lease of a handed-over lock.** The key is handed over at some
+//!   unknown moment between the waiter's last attempt and the arrival of the
+//!   message, so the lease is counted from when that attempt was *sent*
+//!   (minus the backend's drift), never from the message. A waiter whose
+//!   wait left less than half its ttl of that confirms the lease with one
+//!   refresh before returning, and counts it from the refresh: short waits
+//!   cost no extra round trip, long ones one.
+//! - **Backends.** [`RedisBackend`] and [`MemoryBackend`] wake the waiter
+//!   with the hand-off. [`ClusterBackend`] queues and hands over the same
+//!   way but has no wake-ups: its waiters find out at their next attempt,
+//!   paced by their backoff. [`RedlockBackend`] cannot keep one queue across
+//!   independent masters and refuses fair obtains. A fair obtain takes one
+//!   key.
+//!
 //! ## Fencing tokens
 //!
 //! A lease is not a mutex: a holder paused longer than its ttl (a GC pause, a

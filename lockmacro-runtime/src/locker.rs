@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseListener, derived_fence_key};
+use crate::error::{BackendError, BackendErrorKind};
 use crate::lock::{Lease, Timing};
 use crate::options::Fencing;
 use crate::watchdog::Watchdog;
@@ -281,55 +282,92 @@ impl Locker {
                 Some(self.wire_key(key))
             }
         };
+        if opts.fair {
+            self.check_fair(&keys, &opts)?;
+        }
         let token = uuid::Uuid::new_v4().simple().to_string();
         let value = format!("{token}{}", opts.metadata);
         let start = Instant::now();
         let deadline = opts.retry.get_deadline().map(|wait| start + wait);
+        let wakeups_only = opts.wakeups_only || opts.fair;
         let mut attempts = 0;
+        // Leaves the queue if this call ends without the lock, however it
+        // ends (gave up, failed, or its future was dropped).
+        let mut queued = opts.fair.then(|| Queued {
+            locker: self.clone(),
+            wire_keys: wire_keys.clone(),
+            token: token.clone(),
+            armed: false,
+        });
+        let lock = |fence: Option<u64>, acquired_at: Instant, deadline: Instant| Lock {
+            lease: Arc::new(Lease {
+                locker: self.clone(),
+                keys: keys.clone(),
+                wire_keys: wire_keys.clone(),
+                token: token.clone(),
+                metadata: opts.metadata.clone(),
+                fence,
+                acquired_at,
+                timing: Mutex::new(Timing { ttl, deadline }),
+                lost: AtomicBool::new(false),
+                lost_notify: Notify::new(),
+                done: AtomicBool::new(false),
+            }),
+        };
+        let drift = self.backend().drift(ttl);
         // Listens for the release of the key last found busy (its index), so
         // that a wait ends when the holder releases rather than at the end of
         // the backoff.
         let mut listening: Option<(usize, ReleaseListener)> = None;
+        if opts.fair && !opts.retry.is_none() && self.backend().listening(&wire_keys[0]) {
+            // Listening first costs nothing now; then the first attempt is
+            // the only one: a hand-off can only follow it.
+            let listener = self.backend().listen_granted(&wire_keys[0], &token).await;
+            listening = Some((0, listener));
+        }
         loop {
             attempts += 1;
             let sent = Instant::now();
+            let queue_for = opts.fair.then(|| match deadline {
+                Some(deadline) if !opts.retry.is_none() => deadline.saturating_duration_since(sent),
+                _ => Duration::ZERO,
+            });
             let request = AcquireRequest {
                 keys: &wire_keys,
                 value: &value,
                 ttl,
                 fence_key: fence_key.as_deref(),
+                queue_for,
             };
             let (index, remaining) = match self.backend().acquire(request).await? {
                 Acquired::Obtained { fence } => {
                     tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
-                    return Ok(Lock {
-                        lease: Arc::new(Lease {
-                            locker: self.clone(),
-                            keys,
-                            wire_keys,
-                            token,
-                            metadata: opts.metadata,
-                            fence,
-                            acquired_at: sent,
-                            timing: Mutex::new(Timing {
-                                ttl,
-                                deadline: sent + ttl.saturating_sub(self.backend().drift(ttl)),
-                            }),
-                            lost: AtomicBool::new(false),
-                            lost_notify: Notify::new(),
-                            done: AtomicBool::new(false),
-                        }),
-                    });
+                    if let Some(queued) = &mut queued {
+                        queued.armed = false;
+                    }
+                    return Ok(lock(fence, sent, sent + ttl.saturating_sub(drift)));
                 }
                 Acquired::Busy { index, remaining } => (index, remaining),
             };
+            if let Some(queued) = &mut queued {
+                queued.armed = queue_for.is_some_and(|wait| !wait.is_zero());
+            }
             let busy = || LockError::NotObtained {
                 key: keys.get(index).unwrap_or(&keys[0]).clone(),
             };
             let Some(mut delay) = opts.retry.delay_after(attempts) else {
                 tracing::debug!(target: "lockmacro", attempts, "busy");
+                leave(queued.take()).await;
                 return Err(busy());
             };
+            // A waiter the backend can wake sends nothing until woken, the
+            // holder's lease runs out, or the deadline.
+            let hears = listening
+                .as_ref()
+                .is_some_and(|(listened, listener)| *listened == index && listener.hears());
+            if wakeups_only && hears && remaining.is_some() {
+                delay = Duration::MAX;
+            }
             // The holder's lease bounds the wait: once it runs out the key is
             // free, whether or not its release is ever seen.
             if let Some(remaining) = remaining {
@@ -339,6 +377,7 @@ impl Locker {
                 let now = Instant::now();
                 if now >= deadline {
                     tracing::debug!(target: "lockmacro", attempts, "busy until the deadline");
+                    leave(queued.take()).await;
                     return Err(busy());
                 }
                 delay = delay.min(deadline - now);
@@ -347,6 +386,34 @@ impl Locker {
                 Some((listened, listener)) if *listened == index => {
                     tracing::trace!(target: "lockmacro", ?delay, attempts, "busy, retrying");
                     listener.wait(delay).await;
+                    let Some(fence) = listener.granted() else {
+                        continue;
+                    };
+                    // Handed the key by a release at some moment after this
+                    // waiter's last attempt was sent (that attempt found it
+                    // busy), so the lease runs at least until `sent + ttl`.
+                    let arrived = Instant::now();
+                    let fence = fence_key.is_some().then_some(fence);
+                    let trusted = sent + ttl.saturating_sub(drift);
+                    if trusted > arrived + ttl / 2 {
+                        tracing::debug!(target: "lockmacro", fence, attempts, "handed over");
+                        if let Some(queued) = &mut queued {
+                            queued.armed = false;
+                        }
+                        return Ok(lock(fence, arrived, trusted));
+                    }
+                    // Waited long: confirm, and count the lease from now.
+                    let confirm = Instant::now();
+                    if self.backend().refresh(&wire_keys, &token, ttl).await? {
+                        tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirmed");
+                        if let Some(queued) = &mut queued {
+                            queued.armed = false;
+                        }
+                        return Ok(lock(fence, arrived, confirm + ttl.saturating_sub(drift)));
+                    }
+                    // The lease ran out before this waiter could use it: stand
+                    // in line again.
+                    listening = None;
                 }
                 _ => {
                     // Listen first, then try again at once: a release before
@@ -356,9 +423,83 @@ impl Locker {
                     if listening.is_none() {
                         attempts -= 1;
                     }
-                    listening = Some((index, self.backend().listen(&wire_keys[index]).await));
+                    let key = &wire_keys[index];
+                    let listener = if opts.fair {
+                        self.backend().listen_granted(key, &token).await
+                    } else {
+                        self.backend().listen(key).await
+                    };
+                    listening = Some((index, listener));
                 }
             }
+        }
+    }
+
+    /// Refuses a fair obtain that cannot be served fairly.
+    fn check_fair(&self, keys: &[String], opts: &ObtainOptions) -> Result<(), LockError> {
+        if keys.len() > 1 {
+            return Err(LockError::InvalidKey {
+                key: keys.join(","),
+                reason: "a fair obtain takes one key (waiters queue per key); lock several keys \
+                         without `fair`"
+                    .into(),
+            });
+        }
+        if !self.backend().fair() {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                format!("obtain `{}`", keys[0]),
+                "this backend keeps no queue of waiters, so it cannot hand locks over fairly \
+                 (Redlock cannot: see `RedlockBackend`); obtain without `fair`",
+            )
+            .into());
+        }
+        match opts.retry.get_deadline() {
+            Some(wait) => check_duration(&keys[0], "fair wait (the retry deadline)", wait),
+            None if opts.retry.is_none() => Ok(()),
+            None => Err(LockError::InvalidDuration {
+                key: keys[0].clone(),
+                what: "fair wait (the retry deadline, which a fair obtain needs)",
+                value: Duration::ZERO,
+            }),
+        }
+    }
+}
+
+/// A fair waiter's place in a queue, left when dropped while armed.
+struct Queued {
+    locker: Locker,
+    wire_keys: Vec<String>,
+    token: String,
+    armed: bool,
+}
+
+/// Leaves the queue now (the release script drops the caller's own entry, and
+/// hands the key on should it have been handed to this waiter meanwhile).
+async fn leave(queued: Option<Queued>) {
+    let Some(mut queued) = queued else { return };
+    if std::mem::take(&mut queued.armed) {
+        let wire_keys = std::mem::take(&mut queued.wire_keys);
+        let token = std::mem::take(&mut queued.token);
+        leave_queue(queued.locker.clone(), wire_keys, token).await;
+    }
+}
+
+async fn leave_queue(locker: Locker, wire_keys: Vec<String>, token: String) {
+    if let Err(error) = locker.backend().release(&wire_keys, &token).await {
+        tracing::debug!(target: "lockmacro", %error, "could not leave the queue; the place lapses at the deadline");
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if !std::mem::take(&mut self.armed) {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let wire_keys = std::mem::take(&mut self.wire_keys);
+            let token = std::mem::take(&mut self.token);
+            runtime.spawn(leave_queue(self.locker.clone(), wire_keys, token));
         }
     }
 }

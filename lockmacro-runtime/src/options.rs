@@ -21,6 +21,11 @@ pub struct ObtainOptions {
     pub(crate) retry: RetryStrategy,
     pub(crate) metadata: String,
     pub(crate) fencing: Fencing,
+    pub(crate) fair: bool,
+    /// While the backend can wake the waiter, wait for a wake-up (or the
+    /// holder's lease, or the deadline) instead of the backoff: set by the
+    /// attribute's `wait`, and implied by `fair`.
+    pub(crate) wakeups_only: bool,
 }
 
 /// Whether a fencing token is minted with the lock, and where its counter lives.
@@ -73,6 +78,40 @@ impl ObtainOptions {
     /// Sets the fencing mode.
     pub fn fencing(mut self, fencing: Fencing) -> Self {
         self.fencing = fencing;
+        self
+    }
+
+    /// Wait in line: waiters get the key in the order they first found it
+    /// held, each handed the key by the release before it. See "Fair
+    /// hand-off" in the crate documentation.
+    ///
+    /// A fair obtain takes one key, and its retry strategy needs a
+    /// [deadline](crate::RetryStrategy::deadline): the waiter's place in the
+    /// queue lapses then (with no retry at all it only respects the queue,
+    /// without joining it). It fails with [`LockError::InvalidKey`] for
+    /// several keys, [`LockError::InvalidDuration`] without a deadline, and
+    /// [`LockError::Backend`] on a backend with no queue
+    /// ([`RedlockBackend`](crate::RedlockBackend)).
+    ///
+    /// [`LockError::InvalidKey`]: crate::LockError::InvalidKey
+    /// [`LockError::InvalidDuration`]: crate::LockError::InvalidDuration
+    /// [`LockError::Backend`]: crate::LockError::Backend
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions, RetryStrategy};
+    ///
+    /// let locker = Locker::memory();
+    /// let wait = RetryStrategy::linear(Duration::from_millis(100)).deadline(Duration::from_secs(5));
+    /// let lock = locker
+    ///     .obtain("printer", Duration::from_secs(30), ObtainOptions::new().fair().retry(wait))
+    ///     .await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
         self
     }
 }

@@ -63,6 +63,7 @@ pub(crate) struct Plan {
     pub(crate) ttl: Duration,
     pub(crate) on_busy: OnBusy,
     pub(crate) wait: Option<Duration>,
+    pub(crate) fair: bool,
     pub(crate) refresh: Option<Duration>,
     pub(crate) on_lost: OnLost,
     pub(crate) fence: Fence,
@@ -266,6 +267,7 @@ impl Args {
             None => Some(OnLost::Abort),
         };
 
+        let wait_given = self.wait.is_some();
         let wait = optional_duration(&mut errors, "wait", self.wait);
         let refresh = match self.refresh {
             Some(arg) => {
@@ -280,10 +282,26 @@ impl Args {
         };
         let hold_at_least = optional_duration(&mut errors, "hold_at_least", self.hold_at_least);
 
-        // Only `fair = false` is accepted, and it changes nothing.
-        if let Some(arg) = self.fair {
-            errors.check(parse_fair(arg));
-        }
+        let fair = match self.fair {
+            Some(arg) => {
+                let name = arg.name;
+                let fair = errors.ok(parse_fair(arg)).unwrap_or(false);
+                if fair && !wait_given {
+                    errors.push(Error::new(
+                        name,
+                        "`fair = true` needs `wait = \"…\"`: fair waiters keep their place in the queue until then; add `wait`, as in `wait = \"10s\"`",
+                    ));
+                }
+                if fair && keys.as_ref().is_some_and(|keys| keys.len() > 1) {
+                    errors.push(Error::new(
+                        name,
+                        "`fair = true` takes one `key`: waiters queue per key; remove `fair` to lock several keys",
+                    ));
+                }
+                fair
+            }
+            None => false,
+        };
 
         let fence = match self.fence {
             None => Some(Fence::Off),
@@ -337,6 +355,7 @@ impl Args {
             ttl,
             on_busy,
             wait,
+            fair,
             refresh,
             on_lost,
             fence,
@@ -397,27 +416,18 @@ fn check_refresh(refresh: &Duration, ttl: &Duration, span: Span) -> syn::Result<
     }
 }
 
-fn parse_fair(arg: Arg<Option<Expr>>) -> syn::Result<()> {
-    let fair = match arg.value {
-        None => true,
+fn parse_fair(arg: Arg<Option<Expr>>) -> syn::Result<bool> {
+    match arg.value {
+        None => Ok(true),
         Some(Expr::Lit(ExprLit {
             lit: Lit::Bool(LitBool { value, .. }),
             ..
-        })) => value,
-        Some(other) => {
-            return Err(Error::new_spanned(
-                other,
-                "`fair` is `true` or `false`: write `fair = true`",
-            ));
-        }
-    };
-    if fair {
-        return Err(Error::new(
-            arg.name,
-            "`fair = true` is not available in this version: waiters retry with jittered backoff, in no set order; remove `fair`",
-        ));
+        })) => Ok(value),
+        Some(other) => Err(Error::new_spanned(
+            other,
+            "`fair` is `true` or `false`: write `fair = true`",
+        )),
     }
-    Ok(())
 }
 
 fn parse_fence(value: Expr, params: &Params) -> syn::Result<Fence> {
@@ -652,9 +662,24 @@ mod tests {
 
     #[test]
     fn fair() {
+        assert!(
+            plan(quote!(key = "k", ttl = "1s", wait = "1s", fair = true))
+                .is_ok_and(|plan| plan.fair)
+        );
+        assert!(plan(quote!(key = "k", ttl = "1s", wait = "1s", fair)).is_ok_and(|plan| plan.fair));
+        assert!(plan(quote!(key = "k", ttl = "1s", fair = false)).is_ok_and(|plan| !plan.fair));
         assert_eq!(
-            error(quote!(key = "k", ttl = "1s", wait = "1s", fair = true)),
-            "`fair = true` is not available in this version: waiters retry with jittered backoff, in no set order; remove `fair`"
+            error(quote!(key = "k", ttl = "1s", fair = true)),
+            "`fair = true` needs `wait = \"…\"`: fair waiters keep their place in the queue until then; add `wait`, as in `wait = \"10s\"`"
+        );
+        assert_eq!(
+            error(quote!(
+                keys = ["a", "b"],
+                ttl = "1s",
+                wait = "1s",
+                fair = true
+            )),
+            "`fair = true` takes one `key`: waiters queue per key; remove `fair` to lock several keys"
         );
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", wait = "1s", fair = "yes")),

@@ -137,6 +137,9 @@ fn prepare(plan: &Plan) -> TokenStream {
         let wait = wait.to_tokens(krate);
         builder.extend(quote!(.wait(#wait)));
     }
+    if plan.fair {
+        builder.extend(quote!(.fair()));
+    }
     match &plan.fence {
         Fence::Off => {}
         Fence::Derived => builder.extend(quote!(.fence())),

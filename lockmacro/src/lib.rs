@@ -92,16 +92,25 @@ mod snapshots;
 ///
 /// ## `wait = "10s"`
 ///
-/// Keep trying this long before giving up on a busy key: retries follow an
-/// exponential backoff with full jitter (2 ms to 200 ms), and no pause is
+/// Keep trying this long before giving up on a busy key. A waiter the
+/// backend can wake (Redis pub/sub, the memory backend) sends nothing until
+/// the holder releases the key, its lease runs out, or `wait` ends; where
+/// there are no wake-ups (Redis Cluster, a user denied pub/sub) it retries
+/// with an exponential backoff with full jitter (2 ms to 200 ms). No pause is
 /// longer than the holder's remaining lease, so an expired holder is noticed
 /// at once. Without `wait`, the lock is tried once.
 ///
-/// ## `fair = false`
+/// ## `fair = true`
 ///
-/// Reserved for serving waiters in arrival order. This version has no
-/// arrival-order queue: `fair = true` is a compile error, `fair = false`
-/// (the behaviour you get anyway) is accepted.
+/// Serve waiters in arrival order: a waiter that finds the key held joins the
+/// key's queue, and each release hands the key straight to the first waiter
+/// still in it, so the next holder needs no round trip of its own. Needs
+/// `wait` (a waiter's place lapses when its wait ends) and a single `key`;
+/// both are checked at compile time. `fair` alone means `fair = true`;
+/// `fair = false`, the default, lets waiters race when the key is released.
+/// Redlock has no queue: there, a fair function returns
+/// `LockError::Backend` without running. See "Fair hand-off" in the
+/// `lockmacro_runtime` documentation.
 ///
 /// ## `refresh = "10s"`
 ///

@@ -93,6 +93,24 @@ fn design_card_angle_brackets() {
 }
 
 #[test]
+fn fair_waiter() {
+    snapshot(
+        "fair_waiter",
+        quote!(
+            key = "printer:{p.id}",
+            ttl = "30s",
+            wait = "2m",
+            fair = true
+        ),
+        quote! {
+            async fn print(p: &Printer, doc: Doc) -> Result<(), PrintError> {
+                p.print(doc).await
+            }
+        },
+    );
+}
+
+#[test]
 fn method_with_every_argument() {
     snapshot(
         "method_with_every_argument",

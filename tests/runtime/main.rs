@@ -5,6 +5,7 @@
 mod support;
 
 mod cases;
+mod fair;
 #[path = "../support/fixture.rs"]
 mod fixture;
 mod logs;

@@ -6,12 +6,16 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
-    ACQUIRE, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA,
-    RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, acquired, backend_error,
-    install_crypto_provider, millis, pttl, redact, refresh_many_cmd, refreshed,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
+    REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, acquired,
+    backend_error, install_crypto_provider, millis, pttl, redact, refresh_many_cmd, refreshed,
+    release_args,
 };
 use super::slot::{check_same_slot, slot};
-use super::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, TOKEN_LEN, join_all};
+use super::{
+    AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, TOKEN_LEN, derived_queue_key,
+    join_all,
+};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
@@ -45,6 +49,13 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 /// The derived fence key (`{K}:fence`) shares its lock's slot, except for a
 /// key with a `}` but no hashtag (`a}b`, `{}x`): such a fenced lock is refused
 /// the same way.
+///
+/// # Fair obtains
+///
+/// Fair waiters queue at `{K}:queue`, in the lock's slot, and releases hand
+/// the key to the first one as on a single server. The cluster backend has
+/// no release wake-ups, so a fair waiter learns that the key was handed to it
+/// at its next attempt, after its retry strategy's backoff.
 ///
 /// # Failover
 ///
@@ -244,6 +255,15 @@ impl Backend for ClusterBackend {
             keys.extend(req.fence_key.map(str::to_owned));
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);
+            if let Some(wait) = req.queue_for {
+                let mut keys = vec![req.keys[0].clone()];
+                keys.extend(req.fence_key.map(str::to_owned));
+                let (wait, queue) = (millis(wait), derived_queue_key(&req.keys[0]));
+                let args = [req.value, &ttl, &wait, &queue];
+                let script = (&*ACQUIRE_FAIR, ACQUIRE_FAIR_LUA);
+                let reply: Vec<i64> = self.invoke("obtain", &keys, script, &args).await?;
+                return acquired(&reply, req.fence_key.is_some(), &self.name);
+            }
             let reply: Vec<i64> = self
                 .invoke(
                     "obtain",
@@ -327,8 +347,10 @@ impl Backend for ClusterBackend {
             if token.len() != TOKEN_LEN {
                 return Ok(false);
             }
+            let args = release_args(keys, token);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let done: i64 = self
-                .invoke("release", keys, (&RELEASE, RELEASE_LUA), &[token])
+                .invoke("release", keys, (&RELEASE, RELEASE_LUA), &args)
                 .await?;
             Ok(done == 1)
         })
@@ -349,5 +371,9 @@ impl Backend for ClusterBackend {
                 .await?;
             Ok(pttl(remaining))
         })
+    }
+
+    fn fair(&self) -> bool {
+        true
     }
 }

@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -13,7 +13,8 @@ use crate::LockError;
 /// Locks held in this process's memory, with the same semantics as Redis:
 /// leases expire on the tokio clock, tokens guard refresh and release, fence
 /// counters survive release (and start at the system clock in microseconds),
-/// several keys are taken all or none.
+/// several keys are taken all or none, fair waiters queue per key and a
+/// release hands the key to the first of them.
 ///
 /// For programs that run as a single process, for examples, and for unit tests
 /// of code that uses locks (it follows `tokio::time::pause`). It cannot
@@ -47,6 +48,27 @@ struct State {
     releases: HashMap<String, watch::Sender<u64>>,
     /// Size of `releases` at its last sweep of keys nobody listens to.
     releases_swept_at: usize,
+    /// Fair waiters per key, first come first.
+    queues: HashMap<String, VecDeque<Waiter>>,
+    /// Fair waiters listening, by token: told `Some(fence)` when handed the key.
+    grants: HashMap<String, watch::Sender<Option<u64>>>,
+    /// Size of `grants` at its last sweep of waiters gone.
+    grants_swept_at: usize,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    value: String,
+    ttl: Duration,
+    /// When the waiter gives up: it is dropped from the queue then.
+    expires: Instant,
+    fence_key: Option<String>,
+}
+
+impl Waiter {
+    fn token(&self) -> &str {
+        self.value.get(..TOKEN_LEN).unwrap_or(&self.value)
+    }
 }
 
 #[derive(Debug)]
@@ -137,6 +159,95 @@ impl State {
         Acquired::Obtained { fence }
     }
 
+    /// The memory twin of `acquire_fair.lua`.
+    fn acquire_fair(&mut self, req: &AcquireRequest<'_>, wait: Duration) -> Acquired {
+        let now = Instant::now();
+        let key = &req.keys[0];
+        let token = req.token();
+        let held = match self.live(key, now) {
+            Some(lease) if lease.value == req.value => {
+                lease.expires = now + req.ttl;
+                let fence = req
+                    .fence_key
+                    .map(|fence_key| self.fences.get(fence_key).copied().unwrap_or(0));
+                return Acquired::Obtained { fence };
+            }
+            Some(lease) => Some(lease.expires - now),
+            None => None,
+        };
+        let queue = self.queues.entry(key.clone()).or_default();
+        queue.retain(|waiter| waiter.expires > now);
+        let mine = queue.iter().position(|waiter| waiter.token() == token);
+        let head = queue
+            .front()
+            .map(|waiter| (waiter.token() == token, waiter.expires));
+        if held.is_none() && head.is_none_or(|(ours, _)| ours) {
+            if let Some(mine) = mine {
+                queue.remove(mine);
+            }
+            if queue.is_empty() {
+                self.queues.remove(key);
+            }
+            return self.acquire(req);
+        }
+        if !wait.is_zero() && mine.is_none() {
+            queue.push_back(Waiter {
+                value: req.value.to_owned(),
+                ttl: req.ttl,
+                expires: now + wait,
+                fence_key: req.fence_key.map(str::to_owned),
+            });
+        }
+        let remaining = held.or(head.map(|(_, expires)| expires - now));
+        Acquired::Busy {
+            index: 0,
+            remaining,
+        }
+    }
+
+    /// After a release of `key` by `token`: drops the waiters gone and
+    /// `token`'s own entry, then, if the key was released, hands it to the
+    /// first waiter left. Returns whether it did.
+    fn hand_over(&mut self, key: &str, token: &str, released: bool, now: Instant) -> bool {
+        let Some(queue) = self.queues.get_mut(key) else {
+            return false;
+        };
+        queue.retain(|waiter| waiter.expires > now && waiter.token() != token);
+        let next = if released { queue.pop_front() } else { None };
+        if queue.is_empty() {
+            self.queues.remove(key);
+        }
+        let Some(next) = next else {
+            return false;
+        };
+        let fence = next.fence_key.as_ref().map_or(0, |fence_key| {
+            let counter = self.fences.entry(fence_key.clone()).or_default();
+            *counter += 1;
+            *counter
+        });
+        if let Some(granted) = self.grants.remove(next.token()) {
+            granted.send_replace(Some(fence));
+        }
+        self.leases.insert(
+            key.to_owned(),
+            Lease {
+                value: next.value,
+                expires: now + next.ttl,
+            },
+        );
+        true
+    }
+
+    fn listen_granted(&mut self, token: &str) -> watch::Receiver<Option<u64>> {
+        if self.grants.len() >= 2 * self.grants_swept_at.max(512) {
+            self.grants.retain(|_, sender| sender.receiver_count() > 0);
+            self.grants_swept_at = self.grants.len();
+        }
+        let (sender, receiver) = watch::channel(None);
+        self.grants.insert(token.to_owned(), sender);
+        receiver
+    }
+
     fn listen(&mut self, key: &str) -> watch::Receiver<u64> {
         if self.releases.len() >= 2 * self.releases_swept_at.max(512) {
             self.releases
@@ -202,7 +313,11 @@ impl Backend for MemoryBackend {
         &'a self,
         req: AcquireRequest<'a>,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        ready(Ok(self.state().acquire(&req)))
+        let mut state = self.state();
+        match req.queue_for {
+            Some(wait) => ready(Ok(state.acquire_fair(&req, wait))),
+            None => ready(Ok(state.acquire(&req))),
+        }
     }
 
     fn refresh<'a>(
@@ -236,14 +351,16 @@ impl Backend for MemoryBackend {
         let mut state = self.state();
         let mut all = true;
         for key in keys {
-            if state
+            let owned = state
                 .live(key, now)
-                .is_some_and(|lease| lease.owned_by(token))
-            {
+                .is_some_and(|lease| lease.owned_by(token));
+            if owned {
                 state.leases.remove(key);
-                state.released(key);
             } else {
                 all = false;
+            }
+            if !state.hand_over(key, token, owned, now) && owned {
+                state.released(key);
             }
         }
         ready(Ok(all))
@@ -268,5 +385,26 @@ impl Backend for MemoryBackend {
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
         ready(ReleaseListener::new(self.state().listen(key), ()))
+    }
+
+    fn fair(&self) -> bool {
+        true
+    }
+
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        let _ = key;
+        ready(ReleaseListener::granting(
+            self.state().listen_granted(token),
+            (),
+        ))
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        let _ = key;
+        true
     }
 }

@@ -49,6 +49,11 @@ pub struct AcquireRequest<'a> {
     pub ttl: Duration,
     /// Counter to increment and return when the keys are taken.
     pub fence_key: Option<&'a str>,
+    /// A fair attempt (one key only): take the key only if nobody is queued
+    /// ahead, else join the key's queue (once, whatever the number of
+    /// attempts) for at most this long. `Duration::ZERO` respects the queue
+    /// without joining it. `None`: an ordinary attempt.
+    pub queue_for: Option<Duration>,
 }
 
 impl AcquireRequest<'_> {
@@ -193,6 +198,37 @@ pub trait Backend: Send + Sync + 'static {
         let _ = key;
         Box::pin(std::future::ready(ReleaseListener::deaf()))
     }
+
+    /// True when the backend queues fair attempts
+    /// ([`AcquireRequest::queue_for`]) and its releases hand the key to the
+    /// head of the queue. False by default: a [`Locker`](crate::Locker)
+    /// refuses fair obtains on such a backend.
+    fn fair(&self) -> bool {
+        false
+    }
+
+    /// Like [`listen`](Self::listen), for a fair waiter holding `token` in the
+    /// queue of `key`: the listener hears when a release hands the key to
+    /// this waiter ([`ReleaseListener::granted`]), and nothing else. The
+    /// default hears nothing: the waiter finds out by trying again, as the
+    /// acquire of a key that already holds its value reports `Obtained`.
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        let _ = (key, token);
+        Box::pin(std::future::ready(ReleaseListener::deaf()))
+    }
+
+    /// True when [`listen_granted`](Self::listen_granted) on `key` would
+    /// cost no round trip right now. A fair waiter then listens before its
+    /// first attempt, and needs no second attempt once it is queued. False
+    /// by default.
+    fn listening(&self, key: &str) -> bool {
+        let _ = key;
+        false
+    }
 }
 
 /// Interest in the releases of one key; see [`Backend::listen`].
@@ -202,6 +238,9 @@ pub trait Backend: Send + Sync + 'static {
 /// so a release that comes while nobody is waiting is not lost.
 pub struct ReleaseListener {
     releases: Option<watch::Receiver<u64>>,
+    /// A fair waiter's: `Some(fence)` once the key was handed to it (`0`
+    /// when no fencing token was minted).
+    grant: Option<watch::Receiver<Option<u64>>>,
     /// Kept until the listener is dropped: the backend stops listening then.
     _subscription: Option<Box<dyn Send + Sync>>,
 }
@@ -209,7 +248,7 @@ pub struct ReleaseListener {
 impl std::fmt::Debug for ReleaseListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReleaseListener")
-            .field("hears", &self.releases.is_some())
+            .field("hears", &self.hears())
             .finish_non_exhaustive()
     }
 }
@@ -220,6 +259,7 @@ impl ReleaseListener {
     pub fn deaf() -> Self {
         ReleaseListener {
             releases: None,
+            grant: None,
             _subscription: None,
         }
     }
@@ -229,14 +269,54 @@ impl ReleaseListener {
     pub fn new(releases: watch::Receiver<u64>, subscription: impl Send + Sync + 'static) -> Self {
         ReleaseListener {
             releases: Some(releases),
+            grant: None,
             _subscription: Some(Box::new(subscription)),
         }
     }
 
+    /// A fair waiter's listener (see [`Backend::listen_granted`]): the backend
+    /// sends `Some(fence)` on `grant` when a release hands it the key (`0` as
+    /// the fence when none was minted).
+    pub fn granting(
+        grant: watch::Receiver<Option<u64>>,
+        subscription: impl Send + Sync + 'static,
+    ) -> Self {
+        ReleaseListener {
+            releases: None,
+            grant: Some(grant),
+            _subscription: Some(Box::new(subscription)),
+        }
+    }
+
+    /// True while the backend can wake this listener; false for a deaf one,
+    /// whose waits are plain sleeps.
+    pub fn hears(&self) -> bool {
+        self.releases.is_some() || self.grant.is_some()
+    }
+
+    /// For a fair waiter: `Some(fence)` once a release handed it the key.
+    pub fn granted(&self) -> Option<u64> {
+        self.grant.as_ref().and_then(|grant| *grant.borrow())
+    }
+
     /// Returns when a release was heard since this listener was made or last
-    /// returned from `wait`, or after `max`, whichever comes first.
+    /// returned from `wait` (for a fair waiter: when the key was handed to
+    /// it), or after `max`, whichever comes first.
     pub async fn wait(&mut self, max: Duration) {
         let deadline = tokio::time::Instant::now() + max;
+        if let Some(grant) = &mut self.grant {
+            if grant.borrow().is_some() {
+                return;
+            }
+            match tokio::time::timeout_at(deadline, grant.changed()).await {
+                Ok(Ok(())) | Err(_) => return,
+                // The backend stopped listening: try again at once.
+                Ok(Err(_)) => {
+                    self.grant = None;
+                    return;
+                }
+            }
+        }
         if let Some(releases) = &mut self.releases {
             match tokio::time::timeout_at(deadline, releases.changed()).await {
                 Ok(Ok(())) | Err(_) => return,
@@ -298,6 +378,22 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
         (**self).listen(key)
     }
+
+    fn fair(&self) -> bool {
+        (**self).fair()
+    }
+
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        (**self).listen_granted(key, token)
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        (**self).listening(key)
+    }
 }
 
 /// Runs `futures` concurrently; their outputs in the same order.
@@ -336,6 +432,16 @@ pub(crate) fn derived_fence_key(key: &str) -> String {
         format!("{key}:fence")
     } else {
         format!("{{{key}}}:fence")
+    }
+}
+
+/// The queue of fair waiters for a lock key, in the same cluster slot (see
+/// [`derived_fence_key`]).
+pub(crate) fn derived_queue_key(key: &str) -> String {
+    if hashtag(key).is_some() {
+        format!("{key}:queue")
+    } else {
+        format!("{{{key}}}:queue")
     }
 }
 

@@ -16,20 +16,31 @@ use tokio::sync::watch;
 
 use super::{
     AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, ReleaseListener, TOKEN_LEN,
-    join_all,
+    derived_queue_key, join_all,
 };
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
 
 // The sources are kept next to their `Script`s for the cluster backend, which
 // falls back to `EVAL` with the source itself (see `cluster.rs`).
-pub(super) const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
+pub(super) const ACQUIRE_LUA: &str = concat!(
+    include_str!("scripts/fence.lua"),
+    include_str!("scripts/acquire.lua")
+);
+pub(super) const ACQUIRE_FAIR_LUA: &str = concat!(
+    include_str!("scripts/fence.lua"),
+    include_str!("scripts/acquire_fair.lua")
+);
 pub(super) const REFRESH_LUA: &str = include_str!("scripts/refresh.lua");
-pub(super) const RELEASE_LUA: &str = include_str!("scripts/release.lua");
+pub(super) const RELEASE_LUA: &str = concat!(
+    include_str!("scripts/fence.lua"),
+    include_str!("scripts/release.lua")
+);
 pub(super) const REMAINING_LUA: &str = include_str!("scripts/remaining.lua");
 pub(super) const REFRESH_MANY_LUA: &str = include_str!("scripts/refresh_many.lua");
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+pub(super) static ACQUIRE_FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
 pub(super) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(REFRESH_LUA));
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(super) static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(REMAINING_LUA));
@@ -217,6 +228,11 @@ fn open_client(url: &str, config: &RedisConfig) -> Result<redis::Client, LockErr
 /// lacks `+publish +subscribe +unsubscribe` or the channels
 /// `&lockmacro:released:*`, waiters fall back to their retry strategy's
 /// backoff, still bounded by the holder's remaining lease.
+///
+/// Fair obtains ([`ObtainOptions::fair`](crate::ObtainOptions::fair)) queue in
+/// a list at `{K}:queue` (`K:queue` when `K` has a hash tag); the release
+/// script hands the key to the first live waiter and publishes its token on
+/// the same channel.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
@@ -409,6 +425,7 @@ async fn preload(mut conn: ConnectionManager, timeout: Duration) {
     let mut pipe = redis::pipe();
     for source in [
         ACQUIRE_LUA,
+        ACQUIRE_FAIR_LUA,
         REFRESH_LUA,
         RELEASE_LUA,
         REMAINING_LUA,
@@ -421,6 +438,9 @@ async fn preload(mut conn: ConnectionManager, timeout: Duration) {
         tracing::debug!(target: "lockmacro", error = %err, "scripts not preloaded; loaded on first use");
     }
 }
+
+/// How long a fair waiter's channel stays subscribed after its last listener.
+const FAIR_LINGER: Duration = Duration::from_secs(1);
 
 /// The channel on which `release.lua` announces the release of `key`.
 fn release_channel(key: &str) -> String {
@@ -443,6 +463,8 @@ struct Wakeups {
     /// `channels` that decides it, so the two never disagree for long.
     connection: tokio::sync::Mutex<Option<Connection>>,
     channels: Mutex<HashMap<String, Channel>>,
+    /// Fair waiters by token: told when a release hands them their key.
+    grants: Mutex<HashMap<String, Grant>>,
     /// Id of the last connection reported closed (ids start at 1).
     closed: AtomicU64,
 }
@@ -458,6 +480,17 @@ struct Channel {
     listeners: usize,
     /// The connection it is subscribed on.
     connection: u64,
+    /// When `listeners` last fell to zero.
+    idle_since: tokio::time::Instant,
+    /// A task will unsubscribe it once idle for `FAIR_LINGER`.
+    lingering: bool,
+}
+
+struct Grant {
+    /// Set to `Some(fence)` by the message that hands the key over.
+    granted: watch::Sender<Option<u64>>,
+    /// The connection its channel is subscribed on.
+    connection: u64,
 }
 
 /// Keeps one listener's channel subscribed; the last one to go unsubscribes.
@@ -465,6 +498,8 @@ struct Subscription {
     wakeups: Arc<Wakeups>,
     channel: String,
     connection: u64,
+    /// A fair waiter's token, forgotten with the listener.
+    token: Option<String>,
 }
 
 /// Receives the pushes of one pub/sub connection.
@@ -482,6 +517,7 @@ impl Wakeups {
             timeout: config.connect_timeout + config.response_timeout,
             connection: tokio::sync::Mutex::default(),
             channels: Mutex::default(),
+            grants: Mutex::default(),
             closed: AtomicU64::new(0),
         }
     }
@@ -489,6 +525,13 @@ impl Wakeups {
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         // Every change is a single map operation: a panic cannot leave it torn.
         self.channels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn grants(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
+        // As for `channels`: single map operations only.
+        self.grants
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -523,7 +566,18 @@ impl Wakeups {
         }
     }
 
-    async fn listen(self: &Arc<Self>, key: &str) -> ReleaseListener {
+    /// True when the channel of `key` is subscribed on a live connection:
+    /// listening to it then takes no round trip.
+    fn subscribed(&self, key: &str) -> bool {
+        let closed = self.closed.load(Ordering::Acquire);
+        self.channels()
+            .get(&release_channel(key))
+            .is_some_and(|entry| entry.connection != closed)
+    }
+
+    /// Listens for releases of `key`, or, given a fair waiter's `token`, for
+    /// the release that hands `key` to it.
+    async fn listen(self: &Arc<Self>, key: &str, token: Option<&str>) -> ReleaseListener {
         let channel = release_channel(key);
         let mut connection = self.connection.lock().await;
         if connection
@@ -558,6 +612,8 @@ impl Wakeups {
                         releases: sender,
                         listeners: 1,
                         connection: id,
+                        idle_since: tokio::time::Instant::now(),
+                        lingering: false,
                     };
                     channels.insert(channel.clone(), entry);
                     (receiver, false)
@@ -568,6 +624,7 @@ impl Wakeups {
             wakeups: self.clone(),
             channel,
             connection: id,
+            token: None,
         };
         if !subscribed {
             let subscribe = open.conn.subscribe(&subscription.channel);
@@ -583,22 +640,51 @@ impl Wakeups {
                 return ReleaseListener::deaf();
             }
         }
-        ReleaseListener::new(releases, subscription)
+        match token {
+            Some(token) => {
+                // Registered once subscribed: a hand-off before this point is
+                // seen by the caller's next attempt, which finds the key
+                // holding its value.
+                let (granted, receiver) = watch::channel(None);
+                let grant = Grant {
+                    granted,
+                    connection: id,
+                };
+                self.grants().insert(token.to_owned(), grant);
+                let mut subscription = subscription;
+                subscription.token = Some(token.to_owned());
+                ReleaseListener::granting(receiver, subscription)
+            }
+            None => ReleaseListener::new(releases, subscription),
+        }
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if let Some(token) = &self.token {
+            self.wakeups.grants().remove(token);
+        }
+        // A fair waiter that got its key is likely to queue again soon: its
+        // channel stays subscribed a while, so that it can listen before its
+        // next first attempt at no cost (see `Wakeups::subscribed`).
+        let linger = self.token.is_some() && tokio::runtime::Handle::try_current().is_ok();
         let last = {
             let mut channels = self.wakeups.channels();
             match channels.get_mut(&self.channel) {
                 Some(entry) if entry.connection == self.connection => {
                     entry.listeners -= 1;
                     let last = entry.listeners == 0;
-                    if last {
-                        channels.remove(&self.channel);
+                    if last && linger {
+                        entry.idle_since = tokio::time::Instant::now();
+                        // One task per channel watches it.
+                        !std::mem::replace(&mut entry.lingering, true)
+                    } else {
+                        if last {
+                            channels.remove(&self.channel);
+                        }
+                        last
                     }
-                    last
                 }
                 _ => false,
             }
@@ -611,6 +697,27 @@ impl Drop for Subscription {
         let channel = std::mem::take(&mut self.channel);
         let id = self.connection;
         runtime.spawn(async move {
+            let mut wait = FAIR_LINGER;
+            if linger {
+                // Ends by `break` (idle long enough) or `return` (gone).
+                loop {
+                    tokio::time::sleep(wait).await;
+                    let mut channels = wakeups.channels();
+                    let Some(entry) = channels
+                        .get(&channel)
+                        .filter(|entry| entry.connection == id)
+                    else {
+                        return;
+                    };
+                    let idle = entry.idle_since.elapsed();
+                    if entry.listeners > 0 || idle < FAIR_LINGER {
+                        wait = FAIR_LINGER.saturating_sub(idle).max(FAIR_LINGER / 10);
+                        continue;
+                    }
+                    channels.remove(&channel);
+                    break;
+                }
+            }
             let mut connection = wakeups.connection.lock().await;
             // A listener may have come for the channel since: then it stays.
             if wakeups.channels().contains_key(&channel) {
@@ -635,6 +742,14 @@ impl AsyncPushSender for Pushes {
                 {
                     entry.releases.send_modify(|releases| *releases += 1);
                 }
+                // A hand-off to a fair waiter: "<token>:<fence>".
+                if let Some(Value::BulkString(message)) = push.data.get(1)
+                    && let Ok(message) = std::str::from_utf8(message)
+                    && let Some((token, fence)) = message.split_once(':')
+                    && let Some(grant) = wakeups.grants().get(token)
+                {
+                    grant.granted.send_replace(Some(fence.parse().unwrap_or(0)));
+                }
             }
             PushKind::Disconnection => {
                 tracing::debug!(target: "lockmacro", "pub/sub connection closed; waiters fall back to backoff");
@@ -643,6 +758,9 @@ impl AsyncPushSender for Pushes {
                 wakeups
                     .channels()
                     .retain(|_, entry| entry.connection != self.connection);
+                wakeups
+                    .grants()
+                    .retain(|_, grant| grant.connection != self.connection);
             }
             _ => {}
         }
@@ -711,7 +829,7 @@ const SCRIPT_DENIED: [&str; 2] = ["can't run this command", "ACL failure in scri
 /// What to grant, after the server's refusal `denied`.
 fn permission_fix(denied: &str) -> String {
     let all = "the library needs `+evalsha +script|load` (and `+eval` on a cluster), the \
-               commands its scripts call (`+get +set +pexpire +pttl +del +incr +time +publish`), \
+               commands its scripts call (`+get +set +pexpire +pttl +del +incr +time +lrange +lrem +rpush +publish`), \
                `+subscribe +unsubscribe`, the lock keys and their fence keys \
                (`~<namespace>:* ~{<namespace>:*`) and the channels \
                `&lockmacro:released:<namespace>:*`; see \"Permissions a Redis user needs\" \
@@ -785,6 +903,13 @@ fn connect_error(server: &str, tls: bool, err: RedisError) -> BackendError {
     error
 }
 
+/// The arguments of the release script: the token, then the lock keys'
+/// queues.
+pub(super) fn release_args(keys: &[String], token: &str) -> Vec<String> {
+    let queues = keys.iter().map(|key| derived_queue_key(key));
+    std::iter::once(token.to_owned()).chain(queues).collect()
+}
+
 pub(super) fn millis(ttl: Duration) -> String {
     ttl.as_millis().to_string()
 }
@@ -820,6 +945,14 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);
+            if let Some(wait) = req.queue_for {
+                let mut keys = vec![req.keys[0].clone()];
+                keys.extend(req.fence_key.map(str::to_owned));
+                let (wait, queue) = (millis(wait), derived_queue_key(&req.keys[0]));
+                let args = [req.value, &ttl, &wait, &queue];
+                let reply: Vec<i64> = self.invoke("obtain", &keys, &ACQUIRE_FAIR, &args).await?;
+                return acquired(&reply, req.fence_key.is_some(), &self.name);
+            }
             let reply: Vec<i64> = match req.fence_key {
                 Some(fence_key) => {
                     let mut keys = req.keys.to_vec();
@@ -887,7 +1020,9 @@ impl Backend for RedisBackend {
             if token.len() != TOKEN_LEN {
                 return Ok(false);
             }
-            let done: i64 = self.invoke("release", keys, &RELEASE, &[token]).await?;
+            let args = release_args(keys, token);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let done: i64 = self.invoke("release", keys, &RELEASE, &args).await?;
             Ok(done == 1)
         })
     }
@@ -907,7 +1042,23 @@ impl Backend for RedisBackend {
     }
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key))
+        Box::pin(self.wakeups.listen(key, None))
+    }
+
+    fn fair(&self) -> bool {
+        true
+    }
+
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, Some(token)))
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        self.wakeups.subscribed(key)
     }
 }
 

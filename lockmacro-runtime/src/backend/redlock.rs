@@ -70,6 +70,14 @@ const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 /// locks only; when it fails on too many masters, the attempt fails like a
 /// refused lock.
 ///
+/// # No fair hand-off
+///
+/// A queue of waiters would have to be kept by a majority too, and a release
+/// could hand the key to different waiters on different masters. A fair
+/// obtain ([`ObtainOptions::fair`](crate::ObtainOptions::fair), `fair = true`)
+/// therefore fails at once with [`LockError::Backend`] saying so; nothing is
+/// sent.
+///
 /// # Connecting
 ///
 /// [`connect`](Self::connect) succeeds when a majority of the masters can be
@@ -524,6 +532,7 @@ impl Backend for RedlockBackend {
                             value: &value,
                             ttl,
                             fence_key: fence_key.as_deref(),
+                            queue_for: None,
                         };
                         Ok(match backend.acquire(req).await? {
                             Acquired::Obtained { fence } => Answer::Yes(fence),

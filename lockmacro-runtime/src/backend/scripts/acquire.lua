@@ -1,7 +1,6 @@
 -- Takes KEYS[1..n] for ARGV[2] ms with value ARGV[1], all or none.
--- KEYS[n+1], when present, is the fence counter: INCR'd and returned. A
--- missing counter (never used, or lost with the server's data) starts at the
--- server's clock in microseconds, so tokens keep increasing across data loss.
+-- KEYS[n+1], when present, is the fence counter: incremented and returned
+-- (next_fence, from fence.lua).
 -- ARGV[3] = n.
 -- Returns {1, fence or 0} when taken, {0, index, pttl} when KEYS[index] is held.
 -- Taking keys that already hold exactly ARGV[1] succeeds: that is a retry of
@@ -48,13 +47,6 @@ else
 end
 
 if #KEYS > n then
-  if not redis.call('GET', KEYS[n + 1]) then
-    -- TIME gives seconds and microseconds as strings: joined, not added, so
-    -- that no double is involved. Scripts replicate their effects, so TIME
-    -- is allowed before a write.
-    local now = redis.call('TIME')
-    redis.call('SET', KEYS[n + 1], now[1] .. string.format('%06d', tonumber(now[2])))
-  end
-  return {1, redis.call('INCR', KEYS[n + 1])}
+  return {1, next_fence(KEYS[n + 1])}
 end
 return {1, 0}

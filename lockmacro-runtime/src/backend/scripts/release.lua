@@ -1,18 +1,59 @@
--- Deletes each of KEYS[*] that still starts with token ARGV[1]; keys held by
--- someone else are left alone. Returns 1 if all were ours, else 0.
--- Each deleted key is announced on channel "lockmacro:released:<key>", so that
--- waiters retry at once instead of polling (a PUBLISH nobody listens to costs
--- one dictionary lookup). redis.pcall: a user whose ACL denies the channel
--- still releases; its waiters then wait by backoff.
+-- Deletes each of KEYS[*] that still starts with token ARGV[1]; keys held
+-- by someone else are left alone. ARGV[1+i] names the queue of fair waiters
+-- of KEYS[i] (see acquire_fair.lua), in KEYS[i]'s cluster slot; it is not
+-- declared, so that a release touches one declared key per lock key, as
+-- before queues, while a cluster slot migrates. Returns 1 if all were ours,
+-- else 0.
+-- A deleted key whose queue has a live waiter is handed to it at once: SET to
+-- its value with its ttl, its fence counter incremented (next_fence), and
+-- "<token>:<fence>" published on "lockmacro:released:<key>", so that it
+-- holds the key without another round trip. Any other deleted key is announced there with an empty
+-- message, so that waiters retry at once instead of polling (a PUBLISH nobody
+-- listens to costs one dictionary lookup). The caller's own queue entry, if
+-- any, is removed: a waiter that gives up leaves the queue this way.
+-- redis.pcall: a user whose ACL denies the channel still releases; its
+-- waiters then wait by backoff.
 local token = ARGV[1]
 local all = 1
+local now
 for i = 1, #KEYS do
-  local value = redis.call('GET', KEYS[i])
-  if value and string.sub(value, 1, #token) == token then
-    redis.call('DEL', KEYS[i])
-    redis.pcall('PUBLISH', 'lockmacro:released:' .. KEYS[i], '')
+  local key, queue = KEYS[i], ARGV[1 + i]
+  local value = redis.call('GET', key)
+  local owned = value and string.sub(value, 1, #token) == token
+  if owned then
+    redis.call('DEL', key)
   else
     all = 0
+  end
+  local granted = false
+  -- LRANGE of a missing queue is as cheap as EXISTS, and one command fewer
+  -- for a restricted user to be granted.
+  local entries = redis.call('LRANGE', queue, 0, -1)
+  if #entries > 0 then
+    if not now then
+      local time = redis.call('TIME')
+      now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    end
+    for _, raw in ipairs(entries) do
+      local entry = cjson.decode(raw)
+      if entry.e <= now or string.sub(entry.v, 1, #token) == token then
+        redis.call('LREM', queue, 1, raw)
+      elseif owned and not granted then
+        redis.call('LREM', queue, 1, raw)
+        redis.call('SET', key, entry.v, 'PX', entry.t)
+        local fence = 0
+        if entry.f ~= '' then
+          fence = next_fence(entry.f)
+        end
+        redis.pcall('PUBLISH', 'lockmacro:released:' .. key, string.sub(entry.v, 1, 32) .. ':' .. fence)
+        granted = true
+        -- An owner has no entry of its own left: the rest can wait.
+        break
+      end
+    end
+  end
+  if owned and not granted then
+    redis.pcall('PUBLISH', 'lockmacro:released:' .. key, '')
   end
 end
 return all

@@ -1,0 +1,34 @@
+async fn print(p: &Printer, doc: Doc) -> Result<(), PrintError> {
+    let __lockmacro_keys = ::lockmacro_runtime::__private::vec![
+        ::lockmacro_runtime::__private::format!("printer:{}", p.id)
+    ];
+    let __lockmacro_locker = ::lockmacro_runtime::__private::global();
+    let __lockmacro_plan = ::lockmacro_runtime::__private::Plan::new(
+            ::lockmacro_runtime::__private::__Duration::from_millis(30000),
+        )
+        .wait(::lockmacro_runtime::__private::__Duration::from_millis(120000))
+        .fair();
+    ::lockmacro_runtime::__private::run(
+            __lockmacro_locker,
+            __lockmacro_keys,
+            __lockmacro_plan,
+            <Result<
+                (),
+                PrintError,
+            > as ::lockmacro_runtime::__private::AutoOutcome>::on_failure,
+            move |_| async move {
+                #[allow(
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::needless_return
+                )]
+                if false {
+                    let __lockmacro_fake_return: Result<(), PrintError> = loop {};
+                    return __lockmacro_fake_return;
+                }
+                p.print(doc).await
+            },
+        )
+        .await
+}

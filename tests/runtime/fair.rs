@@ -1,0 +1,520 @@
+//! Fair hand-off (`ObtainOptions::fair`): waiters get the key in the order
+//! they queued, each handed the key by the release before it. Orders and
+//! counts are recorded by witnesses outside the lock. The 5 s bounds are
+//! limits for a hang, not measurements.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lockmacro_runtime::{
+    Lock, LockError, Locker, MemoryBackend, ObtainOptions, RetryStrategy, distributed_lock,
+};
+
+use crate::support::RedisServer;
+use crate::support::cluster::RedisCluster;
+
+const TTL: Duration = Duration::from_secs(30);
+const PROMPTLY: Duration = Duration::from_secs(5);
+
+/// Fair, with a backoff far longer than any test: a waiter that obtains in
+/// time was handed the key (or woken), it did not poll.
+fn fair() -> ObtainOptions {
+    ObtainOptions::new()
+        .fair()
+        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(30)))
+}
+
+/// Where the waiters of a test queue.
+enum Queue<'a> {
+    Redis(&'a RedisServer),
+    Memory,
+}
+
+impl Queue<'_> {
+    /// Starts a fair obtain of `key` on `locker` and returns once it stands
+    /// in the queue as its `place`-th waiter (1 = first).
+    async fn join(
+        &self,
+        locker: &Locker,
+        key: &str,
+        opts: ObtainOptions,
+        place: i64,
+    ) -> tokio::task::JoinHandle<Result<Lock, LockError>> {
+        let (locker, owned_key) = (locker.clone(), key.to_owned());
+        let mut obtain = Box::pin(async move { locker.obtain(&owned_key, TTL, opts).await });
+        match self {
+            Queue::Redis(server) => {
+                // Queued after its first attempt; quiet after the second,
+                // sent once it listens for the hand-off (a locker that has
+                // not listened to the key before needs both).
+                let before = script_calls(server);
+                let waiter = tokio::spawn(obtain);
+                until_queued(server, key, place).await;
+                for _ in 0..500 {
+                    if script_calls(server) >= before + 2 {
+                        return waiter;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                server.fail("the waiter did not try again once listening");
+            }
+            Queue::Memory => {
+                // The memory backend answers at once: one poll takes the
+                // waiter through its attempts to its first wait, queued.
+                tokio::select! {
+                    biased;
+                    outcome = &mut obtain => panic!("the waiter did not wait: {outcome:?}"),
+                    () = std::future::ready(()) => {}
+                }
+                tokio::spawn(obtain)
+            }
+        }
+    }
+}
+
+/// Entries in the queue of `key`, read with the harness's own client.
+fn queued(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["LLEN", &format!("{{{key}}}:queue")])
+}
+
+async fn until_queued(server: &RedisServer, key: &str, n: i64) {
+    for _ in 0..500 {
+        if queued(server, key) == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.fail(format_args!(
+        "the queue of `{key}` holds {} waiters, not {n}",
+        queued(server, key)
+    ));
+}
+
+/// Script calls (`EVALSHA`, `EVAL`) since the last `CONFIG RESETSTAT`: every
+/// command a locker sends is one of them.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_eval"))
+        .filter_map(|line| {
+            line.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+async fn promptly<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PROMPTLY, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {PROMPTLY:?}"))
+}
+
+async fn redis_lockers(server: &RedisServer, n: usize) -> Vec<Locker> {
+    let mut lockers = Vec::new();
+    for _ in 0..n {
+        lockers.push(server.expect_ok(Locker::connect(&server.url()).await, "connect"));
+    }
+    lockers
+}
+
+fn memory_lockers(n: usize) -> Vec<Locker> {
+    let backend = Arc::new(MemoryBackend::new());
+    (0..n).map(|_| Locker::new(backend.clone())).collect()
+}
+
+/// Five waiters, queued one after the other, obtain in that order; each
+/// releases at once, handing the key to the next.
+async fn arrival_order_is_respected(
+    queue: Queue<'_>,
+    lockers: Vec<Locker>,
+    fair: fn() -> ObtainOptions,
+) {
+    let held = lockers[0]
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (place, locker) in lockers[1..].iter().enumerate() {
+        let waiter = queue.join(locker, "job", fair(), place as i64 + 1).await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let lock = waiter
+                .await
+                .expect("waiter task")
+                .expect("the waiter obtains");
+            order.lock().unwrap().push(place);
+            lock.release().await.expect("release");
+        }));
+    }
+    held.release().await.expect("release");
+    promptly("every waiter obtains in turn", async {
+        for waiter in waiters {
+            waiter.await.expect("waiter task");
+        }
+    })
+    .await;
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order, (0..lockers.len() - 1).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_arrival_order_is_respected() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 6).await;
+    arrival_order_is_respected(Queue::Redis(&server), lockers, fair).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_arrival_order_is_respected() {
+    arrival_order_is_respected(Queue::Memory, memory_lockers(6), fair).await;
+}
+
+/// On a cluster the queue lives in the lock's slot and releases hand the key
+/// over the same way; with no wake-ups there, waiters find out at their next
+/// attempt (a 20 ms backoff here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_arrival_order_is_respected() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("starting the cluster");
+    let mut lockers = Vec::new();
+    for _ in 0..6 {
+        match Locker::cluster(cluster.seeds()).await {
+            Ok(locker) => lockers.push(locker),
+            Err(err) => cluster.fail(format_args!("connect: {err:?}")),
+        }
+    }
+    let master = cluster.node(cluster.master_for("{job}:queue"));
+    let polling = || {
+        ObtainOptions::new().fair().retry(
+            RetryStrategy::linear(Duration::from_millis(20)).deadline(Duration::from_secs(30)),
+        )
+    };
+    arrival_order_is_respected(Queue::Redis(master), lockers, polling).await;
+}
+
+/// The release hands the key over: the key holds the waiter's value, and the
+/// waiter returns its lock having sent nothing since it queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_granted_waiter_holds_the_key_before_sending_anything() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 2).await;
+    let held = server.expect_ok(
+        lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let waiter = Queue::Redis(&server)
+        .join(&lockers[1], "job", fair().metadata("next"), 1)
+        .await;
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    server.expect_ok(held.release().await, "release");
+    let value: String = server.cmd(&["GET", "job"]);
+    assert!(value.ends_with("next"), "the key holds {value:?}");
+    let lock = promptly("the waiter is handed the key", waiter)
+        .await
+        .expect("waiter task")
+        .expect("the waiter obtains");
+    assert_eq!(value, format!("{}next", lock.token()));
+    assert_eq!(
+        script_calls(&server),
+        1,
+        "only the holder's release was sent"
+    );
+    assert_eq!(queued(&server, "job"), 0);
+    server.expect_ok(lock.release().await, "release");
+}
+
+/// Three queued waiters wait without a command; then each hand-off costs the
+/// releases alone (four releases, no attempts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waiters_send_nothing_between_hand_offs() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 4).await;
+    let held = server.expect_ok(
+        lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let mut waiters = Vec::new();
+    for (place, locker) in lockers[1..].iter().enumerate() {
+        let waiter = Queue::Redis(&server)
+            .join(locker, "job", fair(), place as i64 + 1)
+            .await;
+        waiters.push(tokio::spawn(async move {
+            let lock = waiter
+                .await
+                .expect("waiter task")
+                .expect("the waiter obtains");
+            lock.release().await.expect("release");
+        }));
+    }
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(script_calls(&server), 0, "queued waiters sent commands");
+    server.expect_ok(held.release().await, "release");
+    promptly("the waiters obtain in turn", async {
+        for waiter in waiters {
+            waiter.await.expect("waiter task");
+        }
+    })
+    .await;
+    assert_eq!(script_calls(&server), 4, "releases only");
+}
+
+/// A waiter whose future is dropped, and one that gives up at its deadline,
+/// leave the queue: the waiter behind them is handed the key.
+async fn waiters_gone_do_not_block_the_queue(queue: Queue<'_>, lockers: Vec<Locker>) {
+    let held = lockers[0]
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    let dropped = queue.join(&lockers[1], "job", fair(), 1).await;
+    let impatient = ObtainOptions::new()
+        .fair()
+        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_millis(200)));
+    let gave_up = queue.join(&lockers[2], "job", impatient, 2).await;
+    let last = queue.join(&lockers[3], "job", fair(), 3).await;
+    dropped.abort();
+    let gave_up = promptly("the impatient waiter gives up", gave_up)
+        .await
+        .expect("waiter task");
+    assert!(
+        gave_up.as_ref().is_err_and(LockError::is_not_obtained),
+        "{gave_up:?}"
+    );
+    if let Queue::Redis(server) = &queue {
+        until_queued(server, "job", 1).await;
+    }
+    held.release().await.expect("release");
+    let lock = promptly("the last waiter is handed the key", last)
+        .await
+        .expect("waiter task")
+        .expect("the last waiter obtains");
+    lock.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waiters_gone_do_not_block_the_queue() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 4).await;
+    waiters_gone_do_not_block_the_queue(Queue::Redis(&server), lockers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_waiters_gone_do_not_block_the_queue() {
+    waiters_gone_do_not_block_the_queue(Queue::Memory, memory_lockers(4)).await;
+}
+
+/// A waiter that died without leaving (its entry written as the acquire
+/// script writes it, expiring in 300 ms) is skipped once it expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_dead_waiter_is_skipped_after_its_expiry() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 2).await;
+    let held = server.expect_ok(
+        lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let (seconds, micros): (String, String) = server.cmd(&["TIME"]);
+    let now_ms = seconds.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000;
+    let dead = format!(
+        r#"{{"v":"{}","t":30000,"e":{},"f":""}}"#,
+        "d".repeat(32),
+        now_ms + 300
+    );
+    let _: i64 = server.cmd(&["RPUSH", "{job}:queue", &dead]);
+    let waiter = Queue::Redis(&server)
+        .join(&lockers[1], "job", fair(), 2)
+        .await;
+    // Let the dead entry expire (a passage of time, not a synchronisation).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.expect_ok(held.release().await, "release");
+    let lock = promptly("the live waiter is handed the key", waiter)
+        .await
+        .expect("waiter task")
+        .expect("the live waiter obtains");
+    server.expect_ok(lock.release().await, "release");
+}
+
+/// An ordinary obtain cannot overtake a queued fair waiter: the release hands
+/// the key straight to the waiter.
+async fn ordinary_obtain_does_not_overtake(queue: Queue<'_>, lockers: Vec<Locker>) {
+    let held = lockers[0]
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    let waiter = queue.join(&lockers[1], "job", fair(), 1).await;
+    held.release().await.expect("release");
+    let barging = lockers[2].obtain("job", TTL, ObtainOptions::new()).await;
+    assert!(
+        barging.as_ref().is_err_and(LockError::is_not_obtained),
+        "{barging:?}"
+    );
+    let lock = promptly("the waiter is handed the key", waiter)
+        .await
+        .expect("waiter task")
+        .expect("the waiter obtains");
+    lock.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_ordinary_obtain_does_not_overtake() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 3).await;
+    ordinary_obtain_does_not_overtake(Queue::Redis(&server), lockers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_ordinary_obtain_does_not_overtake() {
+    ordinary_obtain_does_not_overtake(Queue::Memory, memory_lockers(3)).await;
+}
+
+/// 8 tasks × 300 non-atomic increments under fair locks: none lost.
+async fn fair_locks_exclude(lockers: Vec<Locker>) {
+    let counter = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = lockers
+        .into_iter()
+        .map(|locker| {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                for _ in 0..300 {
+                    let lock = locker.obtain("counter", TTL, fair()).await.expect("obtain");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    lock.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    tokio::time::timeout(Duration::from_secs(120), futures::future::join_all(tasks))
+        .await
+        .expect("the increments finish")
+        .into_iter()
+        .for_each(|task| task.expect("task"));
+    assert_eq!(counter.load(Ordering::SeqCst), 8 * 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fair_locks_exclude() {
+    let server = RedisServer::start();
+    fair_locks_exclude(redis_lockers(&server, 8).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_fair_locks_exclude() {
+    fair_locks_exclude(memory_lockers(8)).await;
+}
+
+/// A waiter that waited longer than half its ttl confirms the handed-over
+/// lease with one refresh, and holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_long_wait_confirms_the_lease() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 2).await;
+    let held = server.expect_ok(
+        lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let ttl = Duration::from_millis(600);
+    let (locker, short) = (lockers[1].clone(), fair());
+    let waiter = tokio::spawn(async move { locker.obtain("job", ttl, short).await });
+    until_queued(&server, "job", 1).await;
+    // More than half the waiter's ttl passes (not a synchronisation).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    server.expect_ok(held.release().await, "release");
+    let lock = promptly("the waiter is handed the key", waiter)
+        .await
+        .expect("waiter task")
+        .expect("the waiter obtains");
+    assert_eq!(script_calls(&server), 2, "the release, then one refresh");
+    let value: String = server.cmd(&["GET", "job"]);
+    assert_eq!(value, lock.token());
+    server.expect_ok(lock.release().await, "release");
+}
+
+/// Fair obtains that cannot be served fairly fail before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfair_requests_are_refused() {
+    let locker = Locker::memory();
+    let several = locker.obtain_many(["a", "b"], TTL, fair()).await;
+    assert!(
+        matches!(several, Err(LockError::InvalidKey { .. })),
+        "{several:?}"
+    );
+    let endless = ObtainOptions::new()
+        .fair()
+        .retry(RetryStrategy::linear(Duration::from_millis(10)));
+    let endless = locker.obtain("a", TTL, endless).await;
+    assert!(
+        matches!(endless, Err(LockError::InvalidDuration { .. })),
+        "{endless:?}"
+    );
+
+    let masters = RedisServer::start_many(3);
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let redlock = masters[0].expect_ok(Locker::redlock(urls).await, "connect");
+    let refused = redlock.obtain("a", TTL, fair()).await;
+    match refused {
+        Err(LockError::Backend(err)) => {
+            assert!(err.to_string().contains("fairly"), "{err}");
+        }
+        other => panic!("redlock took a fair obtain: {other:?}"),
+    }
+}
+
+#[distributed_lock(key = "job", ttl = "30s", wait = "30s", locker = locker)]
+async fn attribute_waiter(locker: &Locker) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "job", ttl = "30s", wait = "30s", fair = true, locker = locker)]
+async fn fair_attribute_waiter(locker: &Locker) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// The attribute's `wait` waits for the release, not by its 2–200 ms backoff:
+/// a second of waiting costs no command, fair or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_attribute_waiters_send_nothing_between_wake_ups() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 3).await;
+    let held = server.expect_ok(
+        lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let before = script_calls(&server);
+    let plain = {
+        let locker = lockers[1].clone();
+        tokio::spawn(async move { attribute_waiter(&locker).await })
+    };
+    let fair = {
+        let locker = lockers[2].clone();
+        tokio::spawn(async move { fair_attribute_waiter(&locker).await })
+    };
+    // Each tries, listens, then tries once more.
+    for _ in 0..500 {
+        if script_calls(&server) >= before + 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        script_calls(&server),
+        0,
+        "waiting attribute calls sent commands"
+    );
+    server.expect_ok(held.release().await, "release");
+    let (plain, fair) = promptly("both obtain in turn", futures::future::join(plain, fair)).await;
+    plain.expect("task").expect("the plain waiter obtains");
+    fair.expect("task").expect("the fair waiter obtains");
+}

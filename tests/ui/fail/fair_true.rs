@@ -1,8 +1,0 @@
-use lockmacro_runtime::{LockError, distributed_lock};
-
-#[distributed_lock(key = "user:{id}", ttl = "30s", wait = "5s", fair = true)]
-async fn bill(id: u64) -> Result<u64, LockError> {
-    Ok(id)
-}
-
-fn main() {}
