@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::backend::TOKEN_LEN;
 use crate::{LockError, Locker};
 
 /// A held lock, as returned by [`Locker::obtain`].
@@ -38,12 +39,15 @@ pub struct Lock {
 #[derive(Debug)]
 pub(crate) struct Lease {
     pub(crate) locker: Locker,
-    /// Keys as the caller named them, in the order they were taken.
-    pub(crate) keys: Vec<String>,
-    /// Keys on the wire: namespaced, sorted.
-    pub(crate) wire_keys: Vec<String>,
-    pub(crate) token: String,
-    pub(crate) metadata: String,
+    /// Keys as the caller named them, sorted.
+    pub(crate) keys: Box<[String]>,
+    /// Keys on the wire, namespaced; `None` when they are `keys` (no
+    /// namespace): the watchdog holds up to millions of leases, so each
+    /// saves what it can.
+    pub(crate) namespaced: Option<Box<[String]>>,
+    /// The token's 32 ASCII hex digits, inline for the same reason.
+    pub(crate) token: [u8; TOKEN_LEN],
+    pub(crate) metadata: Box<str>,
     pub(crate) fence: Option<u64>,
     pub(crate) acquired_at: Instant,
     pub(crate) timing: Mutex<Timing>,
@@ -65,6 +69,15 @@ pub(crate) struct Timing {
 impl Lease {
     pub(crate) fn key(&self) -> &str {
         &self.keys[0]
+    }
+
+    /// The keys as sent to the backend.
+    pub(crate) fn wire_keys(&self) -> &[String] {
+        self.namespaced.as_deref().unwrap_or(&self.keys)
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        std::str::from_utf8(&self.token).expect("a token is ASCII hex")
     }
 
     pub(crate) fn timing(&self) -> Timing {
@@ -100,7 +113,7 @@ impl Lease {
         let refreshed = self
             .locker
             .backend()
-            .refresh(&self.wire_keys, &self.token, ttl)
+            .refresh(self.wire_keys(), self.token(), ttl)
             .await?;
         if refreshed {
             self.refreshed(ttl, sent);
@@ -128,7 +141,7 @@ impl Lease {
         let released = self
             .locker
             .backend()
-            .release(&self.wire_keys, &self.token)
+            .release(self.wire_keys(), self.token())
             .await?;
         if released {
             tracing::debug!(target: "lockmacro", key = %self.key(), "released");
@@ -144,7 +157,7 @@ impl Lease {
     pub(crate) async fn remaining(&self) -> Result<Duration, LockError> {
         self.locker
             .backend()
-            .remaining(&self.wire_keys, &self.token)
+            .remaining(self.wire_keys(), self.token())
             .await?
             .ok_or_else(|| LockError::NotHeld {
                 key: self.key().to_owned(),
@@ -166,7 +179,7 @@ impl Lock {
 
     /// The random 128-bit token (32 hex digits) that proves ownership.
     pub fn token(&self) -> &str {
-        &self.lease.token
+        self.lease.token()
     }
 
     /// The fencing token minted with this lock, if fencing was asked for.

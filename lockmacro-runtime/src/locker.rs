@@ -6,7 +6,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseListener, derived_fence_key};
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, ReleaseListener, TOKEN_LEN, derived_fence_key,
+};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::lock::{Lease, Timing};
 use crate::options::Fencing;
@@ -286,6 +288,10 @@ impl Locker {
             self.check_fair(&keys, &opts)?;
         }
         let token = uuid::Uuid::new_v4().simple().to_string();
+        let token_bytes: [u8; TOKEN_LEN] = token
+            .as_bytes()
+            .try_into()
+            .expect("a simple uuid is 32 hex digits");
         let value = format!("{token}{}", opts.metadata);
         let start = Instant::now();
         let deadline = opts.retry.get_deadline().map(|wait| start + wait);
@@ -302,10 +308,10 @@ impl Locker {
         let lock = |fence: Option<u64>, acquired_at: Instant, deadline: Instant| Lock {
             lease: Arc::new(Lease {
                 locker: self.clone(),
-                keys: keys.clone(),
-                wire_keys: wire_keys.clone(),
-                token: token.clone(),
-                metadata: opts.metadata.clone(),
+                keys: keys.clone().into_boxed_slice(),
+                namespaced: (wire_keys != keys).then(|| wire_keys.clone().into_boxed_slice()),
+                token: token_bytes,
+                metadata: opts.metadata.as_str().into(),
                 fence,
                 acquired_at,
                 timing: Mutex::new(Timing { ttl, deadline }),

@@ -22,7 +22,7 @@ pub(crate) fn held(locker: &Locker, keys: &[String]) -> Option<LockGuard> {
                     && !guard.is_lost()
                     && keys
                         .iter()
-                        .all(|key| lease.wire_keys.contains(&locker.wire_key(key)))
+                        .all(|key| lease.wire_keys().contains(&locker.wire_key(key)))
             })
             .map(LockGuard::share)
     })

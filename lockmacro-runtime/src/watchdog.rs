@@ -272,7 +272,7 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
     let backend = first.locker.backend();
     let requests: Vec<RefreshRequest<'_>> = leases
         .iter()
-        .map(|(_, lease)| RefreshRequest::new(&lease.wire_keys, &lease.token, lease.timing().ttl))
+        .map(|(_, lease)| RefreshRequest::new(lease.wire_keys(), lease.token(), lease.timing().ttl))
         .collect();
     let sent = Instant::now();
     let mut results = backend.refresh_many(&requests).await.into_iter();
