@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockmacro_runtime::{LockError, Locker};
+use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy};
 
 use crate::fixture::{Fixture, LONG, on_every_backend, once};
 use crate::support::RedisServer;
@@ -274,4 +274,30 @@ async fn attribute_keys_hold_interpolated_values_verbatim() {
     busy(touch_order(&locker, "{x}", "y").await, "order:{x}:y");
     held.release().await.unwrap();
     touch_order(&locker, "{x}", "y").await.unwrap();
+}
+
+/// A fair lock keeps its waiters at `{K}:queue`, which a key with a `}` but no
+/// hash tag cannot share a slot with: the cluster refuses such a fair lock
+/// before sending anything, and still takes and releases the plain lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_on_a_key_that_cannot_share_its_queues_slot_is_refused_on_a_cluster() {
+    let fx = Fixture::cluster().await;
+    let locker = fx.locker().await;
+    let fair = ObtainOptions::new()
+        .fair()
+        .retry(RetryStrategy::linear(Duration::from_millis(10)).deadline(Duration::from_secs(1)));
+    for key in ["a}b", "{}"] {
+        match locker.obtain(key, LONG, fair.clone()).await {
+            Err(LockError::InvalidKey {
+                key: refused,
+                reason,
+            }) => {
+                assert_eq!(refused, key);
+                assert!(reason.contains("hash tag"), "{reason}");
+            }
+            other => panic!("fair lock on {key:?}: {other:?}"),
+        }
+        let lock = fx.check(locker.obtain(key, LONG, once()).await, "plain obtain");
+        fx.check(lock.release().await, "plain release");
+    }
 }

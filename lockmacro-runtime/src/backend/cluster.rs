@@ -9,7 +9,6 @@ use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
     REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, acquired,
     backend_error, install_crypto_provider, millis, pttl, redact, refresh_many_cmd, refreshed,
-    release_args,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
@@ -244,6 +243,15 @@ impl ClusterBackend {
     }
 }
 
+/// The queue of `key`'s fair waiters, when it shares the key's slot. It does
+/// not for a key with a `}` but no hash tag (`a}b`, `{}`): such a key is
+/// hashed whole, and no derived name hashes the same. Its release then skips
+/// the queue (no fair waiter can have joined it).
+fn local_queue(key: &str) -> Option<String> {
+    let queue = derived_queue_key(key);
+    (slot(&queue) == slot(key)).then_some(queue)
+}
+
 impl Backend for ClusterBackend {
     fn acquire<'a>(
         &'a self,
@@ -258,7 +266,15 @@ impl Backend for ClusterBackend {
             if let Some(wait) = req.queue_for {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
-                let (wait, queue) = (millis(wait), derived_queue_key(&req.keys[0]));
+                let queue = local_queue(&req.keys[0]).ok_or_else(|| LockError::InvalidKey {
+                    key: req.keys[0].clone(),
+                    reason: "a fair lock keeps its waiters at a key derived from the lock's, \
+                             which for a key with a `}` but no hash tag is in another Redis \
+                             Cluster slot; give the key a hash tag (only the text between the \
+                             first `{` and `}` is hashed)"
+                        .to_owned(),
+                })?;
+                let wait = millis(wait);
                 let args = [req.value, &ttl, &wait, &queue];
                 let script = (&*ACQUIRE_FAIR, ACQUIRE_FAIR_LUA);
                 let reply: Vec<i64> = self.invoke("obtain", &keys, script, &args).await?;
@@ -347,8 +363,13 @@ impl Backend for ClusterBackend {
             if token.len() != TOKEN_LEN {
                 return Ok(false);
             }
-            let args = release_args(keys, token);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let queues: Vec<String> = keys
+                .iter()
+                .map(|key| local_queue(key).unwrap_or_default())
+                .collect();
+            let args: Vec<&str> = std::iter::once(token)
+                .chain(queues.iter().map(String::as_str))
+                .collect();
             let done: i64 = self
                 .invoke("release", keys, (&RELEASE, RELEASE_LUA), &args)
                 .await?;

@@ -27,8 +27,12 @@ for i = 1, #KEYS do
   end
   local granted = false
   -- LRANGE of a missing queue is as cheap as EXISTS, and one command fewer
-  -- for a restricted user to be granted.
-  local entries = redis.call('LRANGE', queue, 0, -1)
+  -- for a restricted user to be granted. An empty name: the key can have no
+  -- queue (on a cluster, one would be in another slot).
+  local entries = {}
+  if queue ~= '' then
+    entries = redis.call('LRANGE', queue, 0, -1)
+  end
   if #entries > 0 then
     if not now then
       local time = redis.call('TIME')
