@@ -68,6 +68,27 @@ impl RedisCluster {
                 .filter(|node| c.role(node) == "slave")
                 .all(|node| c.info_field(node, "replication", "master_link_status") == "up")
         });
+        // A replica that loaded its master's snapshot reports its link up, yet
+        // the master may hold back later writes until the replica's next
+        // acknowledgement, up to a second later: a write it takes meanwhile is
+        // lost if the master fails. `WAIT` after a write on the same connection
+        // shows that the replicas receive writes.
+        cluster.wait_until("every replica receives writes", READY_TIMEOUT, |c| {
+            c.live()
+                .filter(|node| c.role(node) == "master")
+                .all(|node| {
+                    let mut conn = node.connection();
+                    let acked: redis::RedisResult<usize> = redis::pipe()
+                        .cmd("FLUSHALL")
+                        .ignore()
+                        .cmd("WAIT")
+                        .arg(replicas)
+                        .arg(1000)
+                        .query::<(usize,)>(&mut conn)
+                        .map(|(acked,)| acked);
+                    node.expect_ok(acked, "FLUSHALL then WAIT") >= replicas
+                })
+        });
         cluster
     }
 
@@ -286,6 +307,50 @@ impl RedisCluster {
             .unwrap_or_default()
             .trim()
             .to_owned()
+    }
+
+    /// Every live node's view of the cluster and of `key`: `CLUSTER NODES`,
+    /// `INFO replication`, and `GET`/`PTTL` of `key` read with `READONLY`, so that a
+    /// replica answers for its own copy. For failure messages.
+    pub fn describe(&self, key: &str) -> String {
+        let mut text = String::new();
+        for (index, node) in self.nodes.iter().enumerate() {
+            if self.killed[index] {
+                text.push_str(&format!(
+                    "\n=== node {index} (port {}): killed\n",
+                    node.port()
+                ));
+                continue;
+            }
+            let view = (|| -> redis::RedisResult<(String, String, String)> {
+                let mut conn = node
+                    .client()
+                    .get_connection_with_timeout(Duration::from_secs(5))?;
+                conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+                let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut conn)?;
+                let replication: String = redis::cmd("INFO").arg("replication").query(&mut conn)?;
+                let () = redis::cmd("READONLY").query(&mut conn)?;
+                // A node that does not serve the key's slot answers MOVED.
+                let value: redis::RedisResult<Option<String>> =
+                    redis::cmd("GET").arg(key).query(&mut conn);
+                let pttl: redis::RedisResult<i64> = redis::cmd("PTTL").arg(key).query(&mut conn);
+                Ok((
+                    nodes,
+                    replication,
+                    format!("GET {key}: {value:?}, PTTL: {pttl:?}"),
+                ))
+            })();
+            text.push_str(&format!("\n=== node {index} (port {}) ===\n", node.port()));
+            match view {
+                Ok((nodes, replication, key_view)) => text.push_str(&format!(
+                    "{key_view}\n{}\n{}\n",
+                    nodes.trim_end(),
+                    replication.trim_end()
+                )),
+                Err(error) => text.push_str(&format!("unreachable: {error}\n")),
+            }
+        }
+        text
     }
 
     /// Panics with `message` followed by the log of every node.
