@@ -167,6 +167,10 @@ pub async fn fence_tokens_strictly_increase_across_releases_and_lockers(fx: &Fix
 pub async fn explicit_fence_key_is_used_and_namespaced(fx: &Fixture) {
     let base = fx.locker().await;
     let billing = base.with_namespace("billing");
+    fx.set_fence_counter(&billing.wire_key("shared"), 1_000)
+        .await;
+    fx.set_fence_counter(&base.wire_key("shared"), 1_000_000)
+        .await;
     let first = fx.check(
         billing.obtain("a", LONG, once().fence_key("shared")).await,
         "obtain a",

@@ -150,6 +150,25 @@ impl Fixture {
         }
     }
 
+    /// Sets the fence counter `key` to `value` on every master, without expiry.
+    /// Redlock's token is the largest counter among the masters that granted,
+    /// and each master seeds a missing counter from its own clock: fresh
+    /// counters differ by the microseconds between the masters' first use, so
+    /// tokens may skip. Set equal, they count one by one, as a single counter
+    /// does. Nothing to do on the in-memory store, whose counter is one.
+    pub async fn set_fence_counter(&self, key: &str, value: u64) {
+        let value = value.to_string();
+        let set = |node: &RedisServer| {
+            let () = node.cmd(&["SET", key, &value]);
+        };
+        match &self.backend {
+            Under::Redis(server) => set(server),
+            Under::Cluster(cluster) => set(cluster.node(cluster.master_for(key))),
+            Under::Redlock(masters) => masters.iter().for_each(set),
+            Under::Memory(_) => {}
+        }
+    }
+
     /// The value under `key`: for Redlock, the value a majority of the masters
     /// agree on. Not possible on the in-memory store.
     pub async fn value(&self, key: &str) -> Option<String> {
