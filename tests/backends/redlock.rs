@@ -10,6 +10,7 @@ use lockmacro_runtime::{
 use tokio::time::Instant;
 
 use crate::support::RedisServer;
+use crate::support::proxy::Proxy;
 use crate::witness;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -401,7 +402,12 @@ async fn a_master_paused_and_resumed_mid_run_never_yields_two_holders() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_go_to_every_master_at_once() {
     let masters = RedisServer::start_many(3);
-    let locker = locker(&masters).await;
+    let proxies: Vec<Proxy> = masters.iter().map(Proxy::in_front_of).collect();
+    let locker = ok(
+        &masters,
+        Locker::redlock(proxies.iter().map(Proxy::url)).await,
+        "connect through the proxies",
+    );
     // Loads the scripts, so that each master needs one request.
     let warm = ok(
         &masters,
@@ -409,21 +415,25 @@ async fn requests_go_to_every_master_at_once() {
         "warm up",
     );
     ok(&masters, warm.release().await, "warm up");
-    // Each master holds every client for the same time: one round after the
-    // other would take three times as long as all at once.
-    let hold = Duration::from_millis(400);
-    for master in &masters {
-        let () = master.cmd(&["CLIENT", "PAUSE", &hold.as_millis().to_string(), "ALL"]);
+    // Every request and every reply is held this long on its way, so a round
+    // trip to any master takes twice as long; a majority asked one master
+    // after the other would take two round trips.
+    let delay = Duration::from_millis(150);
+    for proxy in &proxies {
+        proxy.latency(delay);
     }
+    let round_trip = delay * 2;
     let start = Instant::now();
-    let lock = ok(
-        &masters,
-        locker.obtain("job", LONG, ObtainOptions::new()).await,
-        "obtain",
-    );
+    let lock = locker.obtain("job", LONG, ObtainOptions::new()).await;
     let took = start.elapsed();
+    proxies.iter().for_each(Proxy::heal);
+    let lock = ok(&masters, lock, "obtain");
     assert!(
-        took < hold * 2,
+        took >= round_trip,
+        "obtain took {took:?}: the proxies did not delay it"
+    );
+    assert!(
+        took < round_trip * 2,
         "obtain took {took:?}: the masters were asked one by one"
     );
     // The call returns with a majority; the last grant follows.
