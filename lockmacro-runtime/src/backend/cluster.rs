@@ -65,7 +65,9 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 /// refresh finds the key gone. Where a failover must not lose a lock, use
 /// [`RedlockBackend`](super::RedlockBackend). Calls made while the failover is
 /// in progress fail with [`LockError::Backend`] after the response timeout, or
-/// succeed if the new master takes over in time.
+/// succeed if the new master takes over in time. A release that fails this
+/// way leaves the key locked until its ttl runs out, as on any backend that
+/// cannot be reached: keep ttls short enough for that wait.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
