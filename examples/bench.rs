@@ -720,7 +720,10 @@ async fn s2_worker(
     }
 }
 
-async fn s2(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
+async fn s2(args: &Args, server: &Server) -> Result<(), Box<dyn std::error::Error>> {
+    let url = server.url();
+    let url = url.as_str();
+    let server_pid = server.child.id().to_string();
     let mut admin = admin(url).await?;
     println!(
         "\nS2/S3 contended: {} workers (a connection each), one key, {} sections each, \
@@ -758,6 +761,7 @@ async fn s2(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
         let shared = Arc::new(Contention::new(args.workers, args.body));
         reset_stats(&mut admin).await;
         let started = Instant::now();
+        let cpu = (cpu_time(), cpu_time_of(&server_pid));
         let workers: Vec<_> = (0..args.workers)
             .map(|worker| {
                 tokio::spawn(s2_worker(
@@ -774,6 +778,7 @@ async fn s2(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
             worker.await?;
         }
         let elapsed = started.elapsed();
+        let cpu = (cpu_time() - cpu.0, cpu_time_of(&server_pid) - cpu.1);
         let calls = command_calls(&mut admin).await;
         let sections = args.workers * args.sections;
         // Each section costs its holder one acquire and one release; every
@@ -825,12 +830,19 @@ async fn s2(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
             .map(|section| section.released.saturating_duration_since(section.acquired))
             .collect();
         holds.sort_unstable();
+        // Where a section's time goes: the client thread runs every worker,
+        // bodies included, so when it is busy all the time it is the bound.
+        let per_section = |time: Duration| micros(time / sections as u32);
         println!(
-            "    {} hand-offs between workers; held p50 {} µs; server saw: {}",
+            "    {} hand-offs between workers; held p50 {} µs; per section: {} µs wall, \
+             client CPU {} µs, server CPU {} µs",
             handoffs.len(),
             micros(percentile(&holds, 0.5)),
-            by_command.join(", ")
+            per_section(elapsed),
+            per_section(cpu.0),
+            per_section(cpu.1),
         );
+        println!("    server saw: {}", by_command.join(", "));
         if !matches!(contender, Contender::Spin | Contender::Poll) {
             println!("  {name}: sections/s vs floor {:.2}x", per_sec / floor);
         }
@@ -1028,7 +1040,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
         if args.runs("s2") {
-            s2(&args, &url).await?;
+            s2(&args, &server).await?;
         }
         if args.runs("s4") {
             s4(&args, &url).await?;
