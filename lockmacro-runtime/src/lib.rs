@@ -172,10 +172,9 @@
 //!   wait left less than half its ttl of that confirms the lease with one
 //!   refresh before returning, and counts it from the refresh: short waits
 //!   cost no extra round trip, long ones one.
-//! - **Backends.** [`RedisBackend`] and [`MemoryBackend`] wake the waiter
-//!   with the hand-off. [`ClusterBackend`] queues and hands over the same
-//!   way but has no wake-ups: its waiters find out at their next attempt,
-//!   paced by their backoff. [`RedlockBackend`] cannot keep one queue across
+//! - **Backends.** [`RedisBackend`], [`ClusterBackend`] and [`MemoryBackend`]
+//!   wake the waiter with the hand-off (on a cluster, through the one seed
+//!   node its locker subscribes on). [`RedlockBackend`] cannot keep one queue across
 //!   independent masters and refuses fair obtains. A fair obtain takes one
 //!   key.
 //!

@@ -82,6 +82,11 @@ fn check_key(key: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// How many times one obtain listens again after its listener's connection
+/// closed; after that it waits by backoff, so that a server that keeps
+/// dropping connections cannot make it spin.
+const MAX_RELISTENS: u32 = 3;
+
 impl Locker {
     /// A locker on `backend`.
     pub fn new(backend: impl Backend) -> Self {
@@ -325,6 +330,7 @@ impl Locker {
         // that a wait ends when the holder releases rather than at the end of
         // the backoff.
         let mut listening: Option<(usize, ReleaseListener)> = None;
+        let mut relistened = 0;
         if opts.fair && !opts.retry.is_none() && self.backend().listening(&wire_keys[0]) {
             // Listening first costs nothing now; then the first attempt is
             // the only one: a hand-off can only follow it.
@@ -391,8 +397,16 @@ impl Locker {
             match &mut listening {
                 Some((listened, listener)) if *listened == index => {
                     tracing::trace!(target: "lockmacro", ?delay, attempts, "busy, retrying");
+                    let hearing = listener.hears();
                     listener.wait(delay).await;
                     let Some(fence) = listener.granted() else {
+                        if hearing && !listener.hears() && relistened < MAX_RELISTENS {
+                            // Its connection closed mid-wait: try again at
+                            // once (a release or a hand-off may have gone
+                            // unheard), then listen on a new one.
+                            relistened += 1;
+                            listening = None;
+                        }
                         continue;
                     };
                     // Handed the key by a release at some moment after this

@@ -93,9 +93,10 @@ mod snapshots;
 /// ## `wait = "10s"`
 ///
 /// Keep trying this long before giving up on a busy key. A waiter the
-/// backend can wake (Redis pub/sub, the memory backend) sends nothing until
-/// the holder releases the key, its lease runs out, or `wait` ends; where
-/// there are no wake-ups (Redis Cluster, a user denied pub/sub) it retries
+/// backend can wake (Redis pub/sub, on one server or a cluster, the memory
+/// backend) sends nothing until the holder releases the key, its lease runs
+/// out, or `wait` ends; where there are no wake-ups (Redlock, a user denied
+/// pub/sub) it retries
 /// with an exponential backoff with full jitter (2 ms to 200 ms). No pause is
 /// longer than the holder's remaining lease, so an expired holder is noticed
 /// at once. Without `wait`, the lock is tried once.

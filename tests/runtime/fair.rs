@@ -130,11 +130,7 @@ fn memory_lockers(n: usize) -> Vec<Locker> {
 
 /// Five waiters, queued one after the other, obtain in that order; each
 /// releases at once, handing the key to the next.
-async fn arrival_order_is_respected(
-    queue: Queue<'_>,
-    lockers: Vec<Locker>,
-    fair: fn() -> ObtainOptions,
-) {
+async fn arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
     let held = lockers[0]
         .obtain("job", TTL, ObtainOptions::new())
         .await
@@ -168,17 +164,18 @@ async fn arrival_order_is_respected(
 async fn redis_arrival_order_is_respected() {
     let server = RedisServer::start();
     let lockers = redis_lockers(&server, 6).await;
-    arrival_order_is_respected(Queue::Redis(&server), lockers, fair).await;
+    arrival_order_is_respected(Queue::Redis(&server), lockers).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_arrival_order_is_respected() {
-    arrival_order_is_respected(Queue::Memory, memory_lockers(6), fair).await;
+    arrival_order_is_respected(Queue::Memory, memory_lockers(6)).await;
 }
 
 /// On a cluster the queue lives in the lock's slot and releases hand the key
-/// over the same way; with no wake-ups there, waiters find out at their next
-/// attempt (a 20 ms backoff here).
+/// over the same way, and tell the waiter through the node its locker
+/// subscribes on: with a 60 s backoff, waiters only get their turn in time if
+/// they hear the hand-off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_arrival_order_is_respected() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
@@ -192,12 +189,7 @@ async fn cluster_arrival_order_is_respected() {
         }
     }
     let master = cluster.node(cluster.master_for("{job}:queue"));
-    let polling = || {
-        ObtainOptions::new().fair().retry(
-            RetryStrategy::linear(Duration::from_millis(20)).deadline(Duration::from_secs(30)),
-        )
-    };
-    arrival_order_is_respected(Queue::Redis(master), lockers, polling).await;
+    arrival_order_is_respected(Queue::Redis(master), lockers).await;
 }
 
 /// The release hands the key over: the key holds the waiter's value, and the

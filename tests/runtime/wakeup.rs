@@ -10,6 +10,7 @@ use std::time::Duration;
 use lockmacro_runtime::{Lock, Locker, MemoryBackend, ObtainOptions, RetryStrategy};
 
 use crate::support::RedisServer;
+use crate::support::cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);
@@ -193,6 +194,132 @@ async fn redis_release_racing_the_first_attempts_is_not_missed() {
         server.expect_ok(held.release().await, "release");
         let lock = obtained_promptly(waiter, &format!("round {round}")).await;
         server.expect_ok(lock.release().await, "release");
+    }
+}
+
+/// A waiter whose pub/sub connection is closed under it (here by `CLIENT
+/// KILL`, as a proxy or a server restart would) listens again on a new one,
+/// and still hears the release instead of sleeping out its backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waiter_listens_again_when_its_connection_is_closed() {
+    let server = RedisServer::start();
+    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let held = server.expect_ok(
+        holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let waiter = spawn_waiter(&waiter_locker, "job");
+    until_listening(&server, "job", 1).await;
+
+    let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1, "the waiter's pub/sub connection");
+    until_listening(&server, "job", 1).await;
+    server.expect_ok(held.release().await, "release");
+    let lock = obtained_promptly(waiter, "after its connection was closed").await;
+    server.expect_ok(lock.release().await, "release");
+}
+
+async fn cluster_lockers(cluster: &RedisCluster, seeds: &[String]) -> (Locker, Locker) {
+    let mut lockers = Vec::new();
+    for _ in 0..2 {
+        match Locker::cluster(seeds).await {
+            Ok(locker) => lockers.push(locker),
+            Err(err) => cluster.fail(format_args!("connect: {err:?}")),
+        }
+    }
+    let waiter = lockers.pop().expect("two lockers");
+    (lockers.pop().expect("two lockers"), waiter)
+}
+
+/// Subscribers of `key`'s release channel on each node; `None` for a killed one.
+fn cluster_listeners(cluster: &RedisCluster, key: &str, killed: &[usize]) -> Vec<Option<i64>> {
+    (0..cluster.nodes().len())
+        .map(|index| (!killed.contains(&index)).then(|| listeners(cluster.node(index), key)))
+        .collect()
+}
+
+/// The waiter's locker subscribes on its first seed, and the release runs on
+/// the key's master, another node: the message reaches the waiter over the
+/// cluster bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_waiter_hears_a_release_made_on_another_node() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("starting the cluster");
+    let seeds = cluster.seeds();
+    let key = (0..)
+        .map(|n| format!("job{n}"))
+        .find(|key| cluster.master_for(key) != 0)
+        .expect("a key served by another node than the first seed");
+    let (holder_locker, waiter_locker) = cluster_lockers(&cluster, &seeds).await;
+    let held = match holder_locker.obtain(&key, TTL, ObtainOptions::new()).await {
+        Ok(lock) => lock,
+        Err(err) => cluster.fail(format_args!("obtain: {err:?}")),
+    };
+    let waiter = spawn_waiter(&waiter_locker, &key);
+    until_listening(cluster.node(0), &key, 1).await;
+    let master = cluster.master_for(&key);
+    assert_eq!(
+        listeners(cluster.node(master), &key),
+        0,
+        "subscribed on the key's master"
+    );
+
+    if let Err(err) = held.release().await {
+        cluster.fail(format_args!("release: {err:?}"));
+    }
+    let lock = obtained_promptly(waiter, "cluster").await;
+    if let Err(err) = lock.release().await {
+        cluster.fail(format_args!("release: {err:?}"));
+    }
+}
+
+/// The node a waiter listens on dies mid-wait: the waiter listens again on
+/// the next seed and still hears the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_waiter_moves_to_the_next_seed_when_its_node_dies() {
+    let mut cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("starting the cluster");
+    // A replica first, so that its death costs no failover; the key is
+    // served by another master than the replica's.
+    let replica = cluster.replica_of(cluster.master_for("{a}"));
+    let key = (0..)
+        .map(|n| format!("job{n}"))
+        .find(|key| cluster.replica_of(cluster.master_for(key)) != replica)
+        .expect("a key on another master");
+    let mut seeds = cluster.seeds();
+    let first = seeds.remove(replica);
+    seeds.insert(0, first);
+    let (holder_locker, waiter_locker) = cluster_lockers(&cluster, &seeds).await;
+    let held = match holder_locker.obtain(&key, TTL, ObtainOptions::new()).await {
+        Ok(lock) => lock,
+        Err(err) => cluster.fail(format_args!("obtain: {err:?}")),
+    };
+    let waiter = spawn_waiter(&waiter_locker, &key);
+    until_listening(cluster.node(replica), &key, 1).await;
+
+    cluster.kill(replica);
+    let mut listening = Vec::new();
+    for _ in 0..500 {
+        listening = cluster_listeners(&cluster, &key, &[replica]);
+        if listening.iter().flatten().sum::<i64>() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if listening.iter().flatten().sum::<i64>() != 1 {
+        cluster.fail(format_args!(
+            "the waiter does not listen again after its node died: {listening:?}"
+        ));
+    }
+    if let Err(err) = held.release().await {
+        cluster.fail(format_args!("release: {err:?}"));
+    }
+    let lock = obtained_promptly(waiter, "after its node died").await;
+    if let Err(err) = lock.release().await {
+        cluster.fail(format_args!("release: {err:?}"));
     }
 }
 

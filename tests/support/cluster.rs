@@ -252,6 +252,14 @@ impl RedisCluster {
         self.index_of(addr)
     }
 
+    /// Kills the node at `index` with SIGKILL, as a crash would, and waits for
+    /// nothing: a replica's death leaves every slot served.
+    #[track_caller]
+    pub fn kill(&mut self, index: usize) {
+        self.nodes[index].stop();
+        self.killed[index] = true;
+    }
+
     /// Kills the master at `master` with SIGKILL and waits until its replica has
     /// taken over and every remaining node reports `cluster_state:ok`. Returns the
     /// index of the new master.

@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
@@ -7,13 +8,14 @@ use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
-    REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, acquired,
-    backend_error, install_crypto_provider, millis, pttl, redact, refresh_many_cmd, refreshed,
+    REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
+    acquired, backend_error, install_crypto_provider, millis, open_client, pttl, redact,
+    refresh_many_cmd, refreshed,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
-    AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, TOKEN_LEN, derived_queue_key,
-    join_all,
+    AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, ReleaseListener, TOKEN_LEN,
+    derived_queue_key, join_all,
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
@@ -49,12 +51,18 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 /// key with a `}` but no hashtag (`a}b`, `{}x`): such a fenced lock is refused
 /// the same way.
 ///
-/// # Fair obtains
+/// # Wake-ups and fair obtains
+///
+/// Waiters are woken by releases as on a single server: the release script
+/// publishes on `lockmacro:released:<key>`, and Redis Cluster forwards every
+/// message to every node over its bus, so a [`Locker`](crate::Locker)
+/// subscribes on one seed node (one RESP3 connection, shared by its waiters),
+/// whichever master holds the key. When that node goes away, waiters fall back
+/// to their backoff until the next wait subscribes on the next seed that
+/// answers; give several seeds for that.
 ///
 /// Fair waiters queue at `{K}:queue`, in the lock's slot, and releases hand
-/// the key to the first one as on a single server. The cluster backend has
-/// no release wake-ups, so a fair waiter learns that the key was handed to it
-/// at its next attempt, after its retry strategy's backoff.
+/// the key to the first one, as on a single server.
 ///
 /// # Failover
 ///
@@ -82,6 +90,8 @@ pub struct ClusterBackend {
     conn: ClusterConnection,
     /// `redis cluster 10.0.0.1:6379,10.0.0.2:6379`: names it in error messages.
     name: String,
+    /// Subscribes on one of the seed nodes.
+    wakeups: Arc<Wakeups>,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -112,9 +122,9 @@ impl ClusterBackend {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        let seeds: Vec<String> = seeds.into_iter().map(|s| s.as_ref().to_owned()).collect();
         let mut infos = Vec::new();
-        for seed in seeds {
-            let seed = seed.as_ref();
+        for seed in seeds.iter().map(String::as_str) {
             let info = redis::IntoConnectionInfo::into_connection_info(seed).map_err(|err| {
                 LockError::InvalidUrl {
                     url: redact(seed),
@@ -189,7 +199,16 @@ impl ClusterBackend {
                     backend_error(&name, "connect", err)
                 }
             })?;
-        Ok(ClusterBackend { conn, name })
+        let servers = seeds
+            .iter()
+            .map(|seed| open_client(seed, &config))
+            .collect::<Result<_, _>>()?;
+        let wakeups = Arc::new(Wakeups::new(servers, &config));
+        Ok(ClusterBackend {
+            conn,
+            name,
+            wakeups,
+        })
     }
 
     async fn invoke<T: FromRedisValue>(
@@ -398,5 +417,21 @@ impl Backend for ClusterBackend {
 
     fn fair(&self) -> bool {
         true
+    }
+
+    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, None))
+    }
+
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, Some(token)))
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        self.wakeups.subscribed(key)
     }
 }

@@ -301,7 +301,9 @@ impl ReleaseListener {
 
     /// Returns when a release was heard since this listener was made or last
     /// returned from `wait` (for a fair waiter: when the key was handed to
-    /// it), or after `max`, whichever comes first.
+    /// it), or after `max`, whichever comes first; at once when the backend
+    /// stops listening (its connection closed), after which the listener is
+    /// deaf.
     pub async fn wait(&mut self, max: Duration) {
         let deadline = tokio::time::Instant::now() + max;
         if let Some(grant) = &mut self.grant {
@@ -321,8 +323,11 @@ impl ReleaseListener {
             match tokio::time::timeout_at(deadline, releases.changed()).await {
                 Ok(Ok(())) | Err(_) => return,
                 // The backend stopped listening (its connection is gone):
-                // sleep out the rest, as a deaf listener would.
-                Ok(Err(_)) => self.releases = None,
+                // the caller may listen again.
+                Ok(Err(_)) => {
+                    self.releases = None;
+                    return;
+                }
             }
         }
         tokio::time::sleep_until(deadline).await;

@@ -1,5 +1,5 @@
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -182,7 +182,7 @@ pub(super) fn install_crypto_provider() {
 
 /// A client for `url` with `config`'s TLS settings; `Err` for a URL that
 /// cannot be parsed or a root certificate that cannot be used with it.
-fn open_client(url: &str, config: &RedisConfig) -> Result<redis::Client, LockError> {
+pub(super) fn open_client(url: &str, config: &RedisConfig) -> Result<redis::Client, LockError> {
     let invalid = |reason: String| LockError::InvalidUrl {
         url: redact(url),
         reason,
@@ -298,7 +298,7 @@ impl RedisBackend {
             })?
             .map_err(|err| connect_error(&name, tls, err))?;
         preload(conn.clone(), config.response_timeout).await;
-        let wakeups = Arc::new(Wakeups::new(&client, &config));
+        let wakeups = Arc::new(Wakeups::new(vec![client], &config));
         Ok(RedisBackend {
             conn,
             name,
@@ -447,15 +447,21 @@ fn release_channel(key: &str) -> String {
     format!("lockmacro:released:{key}")
 }
 
-/// The pub/sub side of a [`RedisBackend`]: one RESP3 connection, opened when
-/// the first waiter listens and shared by all of them (a channel per key, each
-/// subscribed once however many wait on it). Messages arrive as pushes and are
-/// handed straight to the listeners of their channel.
+/// The pub/sub side of a [`RedisBackend`] or a
+/// [`ClusterBackend`](super::ClusterBackend): one RESP3 connection, opened
+/// when the first waiter listens and shared by all of them (a channel per key,
+/// each subscribed once however many wait on it). Messages arrive as pushes
+/// and are handed straight to the listeners of their channel.
 ///
 /// Losing it never loses a lock: waiters then sleep out their backoff, as
 /// without wake-ups, and the next listener opens a new connection.
-struct Wakeups {
-    client: redis::Client,
+pub(super) struct Wakeups {
+    /// The servers it may subscribe on, tried in turn from the last one that
+    /// worked: one for a single server; the seed nodes of a cluster, any of
+    /// which hears every node's messages over the cluster bus.
+    servers: Vec<redis::Client>,
+    /// Index in `servers` of the next connection's first try.
+    next: AtomicUsize,
     /// Bounds opening the connection and each (un)subscription, so that a
     /// waiter facing a stalled server falls back to its backoff in time.
     timeout: Duration,
@@ -511,9 +517,10 @@ struct Pushes {
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 impl Wakeups {
-    fn new(client: &redis::Client, config: &RedisConfig) -> Self {
+    pub(super) fn new(servers: Vec<redis::Client>, config: &RedisConfig) -> Self {
         Wakeups {
-            client: client.clone(),
+            servers,
+            next: AtomicUsize::new(0),
             timeout: config.connect_timeout + config.response_timeout,
             connection: tokio::sync::Mutex::default(),
             channels: Mutex::default(),
@@ -536,10 +543,40 @@ impl Wakeups {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// A new connection to the first server in turn that takes one, all
+    /// tries together bounded by the timeout.
     async fn open(self: &Arc<Self>) -> Result<Connection, String> {
+        let first = self.next.load(Ordering::Relaxed);
+        let count = self.servers.len();
+        let tries = async {
+            let mut errors = Vec::new();
+            for turn in 0..count {
+                let index = (first + turn) % count;
+                match self.open_on(&self.servers[index]).await {
+                    Ok(connection) => {
+                        self.next.store(index, Ordering::Relaxed);
+                        return Ok(connection);
+                    }
+                    Err(error) => errors.push(error),
+                }
+            }
+            Err(errors.join("; "))
+        };
+        let outcome = tokio::time::timeout(self.timeout, tries)
+            .await
+            .unwrap_or_else(|elapsed| Err(elapsed.to_string()));
+        if outcome.is_err() && count > 0 {
+            // A server that does not answer at all takes the whole timeout:
+            // the next listener starts with the one after it.
+            self.next.store((first + 1) % count, Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    async fn open_on(self: &Arc<Self>, server: &redis::Client) -> Result<Connection, String> {
         // Pushes (and so subscriptions on a shared, multiplexed connection)
         // need RESP3, whatever the URL asked for.
-        let info = self.client.get_connection_info().clone();
+        let info = server.get_connection_info().clone();
         let settings = info
             .redis_settings()
             .clone()
@@ -568,7 +605,7 @@ impl Wakeups {
 
     /// True when the channel of `key` is subscribed on a live connection:
     /// listening to it then takes no round trip.
-    fn subscribed(&self, key: &str) -> bool {
+    pub(super) fn subscribed(&self, key: &str) -> bool {
         let closed = self.closed.load(Ordering::Acquire);
         self.channels()
             .get(&release_channel(key))
@@ -577,8 +614,11 @@ impl Wakeups {
 
     /// Listens for releases of `key`, or, given a fair waiter's `token`, for
     /// the release that hands `key` to it.
-    async fn listen(self: &Arc<Self>, key: &str, token: Option<&str>) -> ReleaseListener {
-        let channel = release_channel(key);
+    pub(super) async fn listen(
+        self: &Arc<Self>,
+        key: &str,
+        token: Option<&str>,
+    ) -> ReleaseListener {
         let mut connection = self.connection.lock().await;
         if connection
             .as_ref()
@@ -586,18 +626,39 @@ impl Wakeups {
         {
             *connection = None;
         }
+        // A connection opened earlier may have died unnoticed (its server
+        // killed, a proxy that dropped it): when subscribing on it fails,
+        // a new one gets one more try.
+        let reused = connection.is_some();
+        match self.listen_on(&mut connection, key, token).await {
+            Some(listener) => listener,
+            None if reused => self
+                .listen_on(&mut connection, key, token)
+                .await
+                .unwrap_or_else(ReleaseListener::deaf),
+            None => ReleaseListener::deaf(),
+        }
+    }
+
+    /// `listen` on the shared connection, opened first if need be. `None`
+    /// when the subscription failed: the connection is then dropped.
+    async fn listen_on(
+        self: &Arc<Self>,
+        connection: &mut Option<Connection>,
+        key: &str,
+        token: Option<&str>,
+    ) -> Option<ReleaseListener> {
+        let channel = release_channel(key);
         if connection.is_none() {
             match self.open().await {
                 Ok(open) => *connection = Some(open),
                 Err(error) => {
                     tracing::debug!(target: "lockmacro", %error, "no pub/sub connection; waiting by backoff");
-                    return ReleaseListener::deaf();
+                    return Some(ReleaseListener::deaf());
                 }
             }
         }
-        let Some(open) = connection.as_mut() else {
-            return ReleaseListener::deaf();
-        };
+        let open = connection.as_mut()?;
         let id = open.id;
         let (releases, subscribed) = {
             let mut channels = self.channels();
@@ -633,11 +694,11 @@ impl Wakeups {
                 .map_err(|elapsed| elapsed.to_string())
                 .and_then(|done| done.map_err(|err| err.to_string()))
             {
-                tracing::debug!(target: "lockmacro", %error, "subscribe failed; waiting by backoff");
-                // The connection is likely broken: the next listener opens
+                tracing::debug!(target: "lockmacro", %error, "subscribe failed");
+                // The connection is likely broken: the next try opens
                 // another one.
                 *connection = None;
-                return ReleaseListener::deaf();
+                return None;
             }
         }
         match token {
@@ -653,9 +714,9 @@ impl Wakeups {
                 self.grants().insert(token.to_owned(), grant);
                 let mut subscription = subscription;
                 subscription.token = Some(token.to_owned());
-                ReleaseListener::granting(receiver, subscription)
+                Some(ReleaseListener::granting(receiver, subscription))
             }
-            None => ReleaseListener::new(releases, subscription),
+            None => Some(ReleaseListener::new(releases, subscription)),
         }
     }
 }
