@@ -84,9 +84,9 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_waiter_obtains_as_soon_as_the_holder_releases() {
-    let server = RedisServer::start();
+/// `job` held through one locker on `server`, and a waiter for it on
+/// another (as another process would have), once that waiter listens.
+async fn held_and_awaited(server: &RedisServer) -> (Lock, tokio::task::JoinHandle<Lock>) {
     let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
     let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
     let held = server.expect_ok(
@@ -94,7 +94,14 @@ async fn redis_waiter_obtains_as_soon_as_the_holder_releases() {
         "obtain",
     );
     let waiter = spawn_waiter(&waiter_locker, "job");
-    until_listening(&server, "job", 1).await;
+    until_listening(server, "job", 1).await;
+    (held, waiter)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waiter_obtains_as_soon_as_the_holder_releases() {
+    let server = RedisServer::start();
+    let (held, waiter) = held_and_awaited(&server).await;
 
     server.expect_ok(held.release().await, "release");
     let lock = obtained_promptly(waiter, "redis").await;
@@ -203,14 +210,7 @@ async fn redis_release_racing_the_first_attempts_is_not_missed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_waiter_listens_again_when_its_connection_is_closed() {
     let server = RedisServer::start();
-    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let held = server.expect_ok(
-        holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
-        "obtain",
-    );
-    let waiter = spawn_waiter(&waiter_locker, "job");
-    until_listening(&server, "job", 1).await;
+    let (held, waiter) = held_and_awaited(&server).await;
 
     let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed, 1, "the waiter's pub/sub connection");
@@ -220,7 +220,14 @@ async fn redis_waiter_listens_again_when_its_connection_is_closed() {
     server.expect_ok(lock.release().await, "release");
 }
 
-async fn cluster_lockers(cluster: &RedisCluster, seeds: &[String]) -> (Locker, Locker) {
+/// `key` held through one locker on the cluster and awaited through another,
+/// both connected through `seeds`, once the waiter listens on node `node`.
+async fn cluster_held_and_awaited(
+    cluster: &RedisCluster,
+    seeds: &[String],
+    key: &str,
+    node: usize,
+) -> (Lock, tokio::task::JoinHandle<Lock>) {
     let mut lockers = Vec::new();
     for _ in 0..2 {
         match Locker::cluster(seeds).await {
@@ -228,8 +235,29 @@ async fn cluster_lockers(cluster: &RedisCluster, seeds: &[String]) -> (Locker, L
             Err(err) => cluster.fail(format_args!("connect: {err:?}")),
         }
     }
-    let waiter = lockers.pop().expect("two lockers");
-    (lockers.pop().expect("two lockers"), waiter)
+    let held = match lockers[0].obtain(key, TTL, ObtainOptions::new()).await {
+        Ok(lock) => lock,
+        Err(err) => cluster.fail(format_args!("obtain: {err:?}")),
+    };
+    let waiter = spawn_waiter(&lockers[1], key);
+    until_listening(cluster.node(node), key, 1).await;
+    (held, waiter)
+}
+
+/// Releases `held`; the waiter must obtain promptly.
+async fn cluster_hand_over(
+    cluster: &RedisCluster,
+    held: Lock,
+    waiter: tokio::task::JoinHandle<Lock>,
+    what: &str,
+) {
+    if let Err(err) = held.release().await {
+        cluster.fail(format_args!("release: {err:?}"));
+    }
+    let lock = obtained_promptly(waiter, what).await;
+    if let Err(err) = lock.release().await {
+        cluster.fail(format_args!("release: {err:?}"));
+    }
 }
 
 /// Subscribers of `key`'s release channel on each node; `None` for a killed one.
@@ -252,13 +280,7 @@ async fn cluster_waiter_hears_a_release_made_on_another_node() {
         .map(|n| format!("job{n}"))
         .find(|key| cluster.master_for(key) != 0)
         .expect("a key served by another node than the first seed");
-    let (holder_locker, waiter_locker) = cluster_lockers(&cluster, &seeds).await;
-    let held = match holder_locker.obtain(&key, TTL, ObtainOptions::new()).await {
-        Ok(lock) => lock,
-        Err(err) => cluster.fail(format_args!("obtain: {err:?}")),
-    };
-    let waiter = spawn_waiter(&waiter_locker, &key);
-    until_listening(cluster.node(0), &key, 1).await;
+    let (held, waiter) = cluster_held_and_awaited(&cluster, &seeds, &key, 0).await;
     let master = cluster.master_for(&key);
     assert_eq!(
         listeners(cluster.node(master), &key),
@@ -266,13 +288,7 @@ async fn cluster_waiter_hears_a_release_made_on_another_node() {
         "subscribed on the key's master"
     );
 
-    if let Err(err) = held.release().await {
-        cluster.fail(format_args!("release: {err:?}"));
-    }
-    let lock = obtained_promptly(waiter, "cluster").await;
-    if let Err(err) = lock.release().await {
-        cluster.fail(format_args!("release: {err:?}"));
-    }
+    cluster_hand_over(&cluster, held, waiter, "cluster").await;
 }
 
 /// The node a waiter listens on dies mid-wait: the waiter listens again on
@@ -292,13 +308,7 @@ async fn cluster_waiter_moves_to_the_next_seed_when_its_node_dies() {
     let mut seeds = cluster.seeds();
     let first = seeds.remove(replica);
     seeds.insert(0, first);
-    let (holder_locker, waiter_locker) = cluster_lockers(&cluster, &seeds).await;
-    let held = match holder_locker.obtain(&key, TTL, ObtainOptions::new()).await {
-        Ok(lock) => lock,
-        Err(err) => cluster.fail(format_args!("obtain: {err:?}")),
-    };
-    let waiter = spawn_waiter(&waiter_locker, &key);
-    until_listening(cluster.node(replica), &key, 1).await;
+    let (held, waiter) = cluster_held_and_awaited(&cluster, &seeds, &key, replica).await;
 
     cluster.kill(replica);
     let mut listening = Vec::new();
@@ -314,13 +324,7 @@ async fn cluster_waiter_moves_to_the_next_seed_when_its_node_dies() {
             "the waiter does not listen again after its node died: {listening:?}"
         ));
     }
-    if let Err(err) = held.release().await {
-        cluster.fail(format_args!("release: {err:?}"));
-    }
-    let lock = obtained_promptly(waiter, "after its node died").await;
-    if let Err(err) = lock.release().await {
-        cluster.fail(format_args!("release: {err:?}"));
-    }
+    cluster_hand_over(&cluster, held, waiter, "after its node died").await;
 }
 
 fn memory_lockers() -> (Locker, Locker) {
