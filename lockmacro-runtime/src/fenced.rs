@@ -2,20 +2,15 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
 
 use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 
-use crate::backend::{backend_error, redact};
-use crate::{BackendError, BackendErrorKind, LockError};
+use crate::backend::{backend_error, open_manager};
+use crate::{LockError, RedisConfig};
 
 static FENCED_SET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("backend/scripts/fenced_set.lua")));
-
-/// Same bounds as [`RedisConfig`](crate::RedisConfig)'s defaults, so that a
-/// write fails in bounded time instead of hanging.
-const TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A key-value store that applies a write only when it carries a fencing
 /// token not older than the newest token already applied to that key.
@@ -88,32 +83,26 @@ impl FencedStore {
     }
 
     /// A store on one Redis server (URL as for
-    /// [`Locker::connect`](crate::Locker::connect)). Each key is a hash with
-    /// the fields `fence` and `value`; other clients can read it with
-    /// `HGET key value`.
+    /// [`Locker::connect`](crate::Locker::connect)), with the default
+    /// [`RedisConfig`]. Each key is a hash with the fields `fence` and
+    /// `value`; other clients can read it with `HGET key value`.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
-        let client = redis::Client::open(url).map_err(|err| LockError::InvalidUrl {
-            url: redact(url),
-            reason: err.to_string(),
-        })?;
-        let server = format!("redis {}", client.get_connection_info().addr());
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(TIMEOUT))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1);
-        // The manager's timeouts cover each step; this bounds the whole
-        // handshake.
-        let connect = ConnectionManager::new_with_config(client, config);
-        let conn = tokio::time::timeout(2 * TIMEOUT, connect)
-            .await
-            .map_err(|_| {
-                BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{server}: connect"),
-                    "no answer in time",
-                )
-            })?
-            .map_err(|err| LockError::from(backend_error(&server, "connect", err)))?;
+        Self::connect_with(url, RedisConfig::default()).await
+    }
+
+    /// A store on one Redis server, with `config`: its timeouts bound every
+    /// call, and its root certificate lets `rediss://` trust a private CA.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{FencedStore, RedisConfig};
+    ///
+    /// let config = RedisConfig::default().tls_root_certificate(std::fs::read("ca.pem")?);
+    /// let store = FencedStore::connect_with("rediss://redis.internal:6380/", config).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
+        let (_, conn, server) = open_manager(url, &config).await?;
         Ok(FencedStore {
             inner: Inner::Redis { conn, server },
         })

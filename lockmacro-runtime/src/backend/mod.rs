@@ -16,7 +16,7 @@ mod slot;
 pub use self::cluster::ClusterBackend;
 pub use self::memory::MemoryBackend;
 pub use self::redis::{RedisBackend, RedisConfig};
-pub(crate) use self::redis::{backend_error, redact};
+pub(crate) use self::redis::{backend_error, open_manager};
 pub use self::redlock::RedlockBackend;
 
 use std::future::Future;

@@ -207,6 +207,46 @@ pub(super) fn open_client(url: &str, config: &RedisConfig) -> Result<redis::Clie
     }
 }
 
+/// A connection manager to the server at `url`, its client, and its name
+/// for error messages (`redis 127.0.0.1:6379`); connecting is bounded by the
+/// config's timeouts.
+pub(crate) async fn open_manager(
+    url: &str,
+    config: &RedisConfig,
+) -> Result<(redis::Client, ConnectionManager, String), LockError> {
+    let client = open_client(url, config)?;
+    let name = format!("redis {}", client.get_connection_info().addr());
+    let tls = matches!(
+        client.get_connection_info().addr(),
+        ConnectionAddr::TcpTls { .. }
+    );
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        // Reconnection is retried by the next command, not in the
+        // background for long: a lock call must fail in bounded time.
+        .set_number_of_retries(1)
+        .set_max_delay(config.connect_timeout);
+    let connect = ConnectionManager::new_with_config(client.clone(), manager_config);
+    // The manager's own timeout covers each TCP attempt; this bounds the
+    // whole handshake (AUTH, HELLO, SELECT) as well.
+    let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+        .await
+        .map_err(|_| {
+            let mut message = "no answer in time".to_owned();
+            if tls {
+                message.push_str(TLS_SILENCE);
+            }
+            BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("{name}: connect"),
+                message,
+            )
+        })?
+        .map_err(|err| connect_error(&name, tls, err))?;
+    Ok((client, conn, name))
+}
+
 /// Locks on one Redis server.
 ///
 /// A lock is a plain string key, taken with `SET key value NX PX ttl`
@@ -267,36 +307,7 @@ impl RedisBackend {
 
     /// Connects to the server at `url` with `config`.
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
-        let client = open_client(url, &config)?;
-        let name = format!("redis {}", client.get_connection_info().addr());
-        let tls = matches!(
-            client.get_connection_info().addr(),
-            ConnectionAddr::TcpTls { .. }
-        );
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.response_timeout))
-            // Reconnection is retried by the next command, not in the
-            // background for long: a lock call must fail in bounded time.
-            .set_number_of_retries(1)
-            .set_max_delay(config.connect_timeout);
-        let connect = ConnectionManager::new_with_config(client.clone(), manager_config);
-        // The manager's own timeout covers each TCP attempt; this bounds the
-        // whole handshake (AUTH, HELLO, SELECT) as well.
-        let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
-            .await
-            .map_err(|_| {
-                let mut message = "no answer in time".to_owned();
-                if tls {
-                    message.push_str(TLS_SILENCE);
-                }
-                BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{name}: connect"),
-                    message,
-                )
-            })?
-            .map_err(|err| connect_error(&name, tls, err))?;
+        let (client, conn, name) = open_manager(url, &config).await?;
         preload(conn.clone(), config.response_timeout).await;
         let wakeups = Arc::new(Wakeups::new(vec![client], &config));
         Ok(RedisBackend {
