@@ -102,6 +102,53 @@ async fn fenced_store_works_over_tls() {
     assert_eq!(refused.kind(), BackendErrorKind::Tls, "{refused}");
 }
 
+/// A server that checks clients (`tls-auth-clients yes`) ends the handshake
+/// of a client without a certificate or with one from another CA, and lets
+/// in one that presents a certificate signed by the CA it trusts.
+#[tokio::test]
+async fn client_certificate_is_presented_to_a_server_that_checks_clients() {
+    let ca = TestCa::generate();
+    let server = RedisServer::start_tls(&ca, &["--tls-auth-clients", "yes"]);
+    let (kind, message) = connect_failure_with(&server.url(), trusting(&ca)).await;
+    assert_eq!(kind, BackendErrorKind::Tls, "{message}");
+    assert!(message.contains("client certificate"), "{message}");
+
+    // Signed by a CA the server does not trust.
+    let stranger = TestCa::generate();
+    let config =
+        trusting(&ca).tls_client_certificate(stranger.client_cert_pem(), stranger.client_key_pem());
+    let (kind, message) = connect_failure_with(&server.url(), config).await;
+    assert_eq!(kind, BackendErrorKind::Tls, "{message}");
+    assert!(
+        message.contains("the server refused the client certificate"),
+        "{message}"
+    );
+
+    let config = trusting(&ca).tls_client_certificate(ca.client_cert_pem(), ca.client_key_pem());
+    let backend = RedisBackend::connect_with(&server.url(), config).await;
+    let locker = Locker::new(server.expect_ok(backend, "connect with a client certificate"));
+    let lock = server.expect_ok(locker.obtain("job", LONG, once().fence()).await, "obtain");
+    let stored: Option<String> = server.cmd(&["GET", "job"]);
+    assert_eq!(stored.as_deref(), Some(lock.token()));
+    server.expect_ok(lock.release().await, "release");
+}
+
+#[tokio::test]
+async fn client_key_that_is_not_pem_is_refused_without_showing_it() {
+    let ca = TestCa::generate();
+    let server = RedisServer::start_tls(&ca, &["--tls-auth-clients", "yes"]);
+    let secret = "not-a-key-but-secret";
+    let config = trusting(&ca).tls_client_certificate(ca.client_cert_pem(), secret);
+    let (kind, message) = connect_failure_with(&server.url(), config.clone()).await;
+    assert_eq!(kind, BackendErrorKind::Tls, "{message}");
+    assert!(
+        message.contains("RedisConfig::tls_client_certificate"),
+        "{message}"
+    );
+    assert!(!message.contains(secret), "{message}");
+    assert!(!format!("{config:?}").contains(secret), "{config:?}");
+}
+
 #[tokio::test]
 async fn server_certificate_from_an_untrusted_ca_is_refused() {
     let ca = TestCa::generate();

@@ -18,7 +18,7 @@ use std::sync::mpsc::{self, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Connection, FromRedisValue, TlsCertificates};
+use redis::{Client, ClientTlsConfig, Connection, FromRedisValue, TlsCertificates};
 use tempfile::TempDir;
 
 use super::tls::TestCa;
@@ -49,7 +49,8 @@ pub struct RedisServer {
     password: Option<String>,
     dir: TempDir,
     /// Set by [`RedisServer::start_tls`]: the server listens with TLS only.
-    tls: Option<Tls>,
+    /// Boxed, as most servers have none and fixtures hold servers in enums.
+    tls: Option<Box<Tls>>,
 }
 
 /// What a TLS-only server was started with.
@@ -58,6 +59,10 @@ struct Tls {
     key: PathBuf,
     ca: PathBuf,
     ca_pem: Vec<u8>,
+    /// What the harness presents to a server started with
+    /// `--tls-auth-clients yes`.
+    client_cert_pem: Vec<u8>,
+    client_key_pem: Vec<u8>,
 }
 
 enum StartError {
@@ -81,9 +86,10 @@ impl RedisServer {
     }
 
     /// Starts a server that accepts TLS only (`--port 0 --tls-port PORT`), with the
-    /// server certificate of `ca`, and extra arguments. [`RedisServer::port`] is the
-    /// TLS port, [`RedisServer::url`] a `rediss://` URL, and [`RedisServer::client`]
-    /// trusts `ca`.
+    /// server certificate of `ca`, and extra arguments (`--tls-auth-clients yes`
+    /// makes it check clients). [`RedisServer::port`] is the TLS port,
+    /// [`RedisServer::url`] a `rediss://` URL, and [`RedisServer::client`] trusts
+    /// `ca` and presents its client certificate.
     #[track_caller]
     pub fn start_tls(ca: &TestCa, args: &[&str]) -> Self {
         let tls = Tls {
@@ -91,12 +97,14 @@ impl RedisServer {
             key: ca.server_key(),
             ca: ca.ca_cert(),
             ca_pem: ca.ca_pem(),
+            client_cert_pem: ca.client_cert_pem(),
+            client_key_pem: ca.client_key_pem(),
         };
-        Self::start_configured(args, Some(tls))
+        Self::start_configured(args, Some(Box::new(tls)))
     }
 
     #[track_caller]
-    fn start_configured(args: &[&str], tls: Option<Tls>) -> Self {
+    fn start_configured(args: &[&str], tls: Option<Box<Tls>>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockmacro-redis-")
             .tempdir()
@@ -238,7 +246,10 @@ impl RedisServer {
             None => Client::open(url).expect("the server's URL is valid"),
             Some(tls) => {
                 let certificates = TlsCertificates {
-                    client_tls: None,
+                    client_tls: Some(ClientTlsConfig {
+                        client_cert: tls.client_cert_pem.clone(),
+                        client_key: tls.client_key_pem.clone(),
+                    }),
                     root_cert: Some(tls.ca_pem.clone()),
                 };
                 Client::build_with_tls(url, certificates).expect("the test CA is valid PEM")

@@ -1,8 +1,9 @@
 //! Certificates for the TLS tests, made with the `openssl` command-line tool.
 //!
 //! A [`TestCa`] is a throw-away certificate authority (EC P-256, valid for two
-//! days) and a server certificate it signed for `127.0.0.1` and `localhost`,
-//! all in a temporary directory deleted on drop. Nothing is added to any
+//! days), a server certificate it signed for `127.0.0.1` and `localhost`, and
+//! a client certificate for servers that check clients (mutual TLS), all in a
+//! temporary directory deleted on drop. Nothing is added to any
 //! trust store: a client trusts the CA only when given [`TestCa::ca_pem`].
 
 use std::fs;
@@ -89,12 +90,63 @@ impl TestCa {
             "-out",
             "server.crt",
         ]);
+        ca.openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+            "-subj",
+            "/CN=lockmacro test client",
+        ]);
+        fs::write(
+            ca.path("client.ext"),
+            "basicConstraints=critical,CA:FALSE\n\
+             keyUsage=critical,digitalSignature\n\
+             extendedKeyUsage=clientAuth\n",
+        )
+        .expect("cannot write client.ext");
+        ca.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "3",
+            "-days",
+            "2",
+            "-extfile",
+            "client.ext",
+            "-out",
+            "client.crt",
+        ]);
         ca
     }
 
     /// The CA certificate, PEM: what a client must trust.
     pub fn ca_pem(&self) -> Vec<u8> {
         fs::read(self.ca_cert()).expect("cannot read ca.crt")
+    }
+
+    /// The client certificate, PEM, signed by the CA for client
+    /// authentication only.
+    pub fn client_cert_pem(&self) -> Vec<u8> {
+        fs::read(self.path("client.crt")).expect("cannot read client.crt")
+    }
+
+    /// The client certificate's private key, PEM (PKCS#8).
+    pub fn client_key_pem(&self) -> Vec<u8> {
+        fs::read(self.path("client.key")).expect("cannot read client.key")
     }
 
     pub fn ca_cert(&self) -> PathBuf {

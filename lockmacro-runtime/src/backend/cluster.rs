@@ -153,7 +153,7 @@ impl ClusterBackend {
             if !tls {
                 return Err(LockError::InvalidUrl {
                     url: addrs.join(","),
-                    reason: "a TLS root certificate is configured but not every seed uses \
+                    reason: "TLS certificates are configured but not every seed uses \
                              TLS; use `rediss://`"
                         .into(),
                 });

@@ -7,11 +7,12 @@ use redis::aio::{
     AsyncPushSender, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection, SendError,
 };
 use redis::{
-    AsyncConnectionConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, ProtocolVersion,
-    PushInfo, PushKind, RedisError, Script, ServerErrorKind, TlsCertificates, Value,
+    AsyncConnectionConfig, ClientTlsConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo,
+    ProtocolVersion, PushInfo, PushKind, RedisError, Script, ServerErrorKind, TlsCertificates,
+    Value,
 };
-use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 
 use super::{
@@ -69,6 +70,7 @@ pub struct RedisConfig {
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
     pub(super) tls_root: Option<RootCertificate>,
+    pub(super) tls_client: Option<ClientIdentity>,
 }
 
 /// PEM text of the certificates to trust; shown by its size only.
@@ -81,12 +83,30 @@ impl std::fmt::Debug for RootCertificate {
     }
 }
 
+/// PEM text of the client's certificate chain and private key; never shown.
+#[derive(Clone)]
+pub(super) struct ClientIdentity {
+    certificate: Vec<u8>,
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ClientIdentity({} bytes of certificate PEM, private key hidden)",
+            self.certificate.len()
+        )
+    }
+}
+
 impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             connect_timeout: Duration::from_secs(3),
             response_timeout: Duration::from_secs(3),
             tls_root: None,
+            tls_client: None,
         }
     }
 }
@@ -136,38 +156,104 @@ impl RedisConfig {
         self
     }
 
-    /// The certificates to trust, checked: `server` names the server in the
-    /// error when `pem` holds no certificate.
+    /// Presents the certificate chain in `certificate_pem` (the client's
+    /// certificate first) and its private key in `key_pem` (PKCS#8, PKCS#1
+    /// or SEC1 PEM) to servers that check clients (mutual TLS:
+    /// `tls-auth-clients yes`). Only used with `rediss://` URLs; a `redis://`
+    /// URL with a client certificate is refused, rather than connecting
+    /// without TLS. Both are checked when connecting, and the key is never
+    /// printed.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+    ///
+    /// let config = RedisConfig::default()
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read("/etc/locks/client.crt")?,
+    ///         std::fs::read("/etc/locks/client.key")?,
+    ///     );
+    /// let backend = RedisBackend::connect_with("rediss://redis.internal:6380/", config).await?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_client = Some(ClientIdentity {
+            certificate: certificate_pem.into(),
+            key: key_pem.into(),
+        });
+        self
+    }
+
+    /// True when the config holds TLS settings, which need `rediss://`.
+    pub(super) fn has_tls_settings(&self) -> bool {
+        self.tls_root.is_some() || self.tls_client.is_some()
+    }
+
+    /// The certificates to trust and to present, checked: `server` names the
+    /// server in the error when one cannot be used.
     pub(super) fn tls_certificates(
         &self,
         server: &str,
     ) -> Result<Option<TlsCertificates>, LockError> {
-        let Some(RootCertificate(pem)) = &self.tls_root else {
+        if !self.has_tls_settings() {
             return Ok(None);
-        };
-        let unusable = |reason: String| -> LockError {
+        }
+        // `what` was given to `RedisConfig::{method}` and cannot be used.
+        let unusable = |method: &str, what: &str, reason: String| -> LockError {
             BackendError::new(
                 BackendErrorKind::Tls,
                 format!("{server}: connect"),
-                format!(
-                    "the root certificate given to `RedisConfig::tls_root_certificate` {reason}"
-                ),
+                format!("the {what} given to `RedisConfig::{method}` {reason}"),
             )
             .into()
         };
-        let mut count = 0;
-        for certificate in CertificateDer::pem_slice_iter(pem) {
-            certificate.map_err(|err| unusable(format!("is not valid PEM: {err}")))?;
-            count += 1;
+        let certificates = |method: &str, what: &str, pem: &[u8]| -> Result<(), LockError> {
+            let mut count = 0;
+            for certificate in CertificateDer::pem_slice_iter(pem) {
+                certificate
+                    .map_err(|err| unusable(method, what, format!("is not valid PEM: {err}")))?;
+                count += 1;
+            }
+            if count == 0 {
+                return Err(unusable(
+                    method,
+                    what,
+                    "holds no certificate (expected `-----BEGIN CERTIFICATE-----`)".into(),
+                ));
+            }
+            Ok(())
+        };
+        if let Some(RootCertificate(pem)) = &self.tls_root {
+            certificates("tls_root_certificate", "root certificate", pem)?;
         }
-        if count == 0 {
-            return Err(unusable(
-                "holds no certificate (expected `-----BEGIN CERTIFICATE-----`)".into(),
-            ));
+        if let Some(identity) = &self.tls_client {
+            let method = "tls_client_certificate";
+            certificates(method, "client certificate", &identity.certificate)?;
+            PrivateKeyDer::from_pem_slice(&identity.key).map_err(|err| {
+                unusable(
+                    method,
+                    "client key",
+                    format!(
+                        "is not a PEM private key (expected `-----BEGIN PRIVATE KEY-----`, or an \
+                         RSA or EC key): {err}"
+                    ),
+                )
+            })?;
         }
         Ok(Some(TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem.clone()),
+            client_tls: self.tls_client.as_ref().map(|identity| ClientTlsConfig {
+                client_cert: identity.certificate.clone(),
+                client_key: identity.key.clone(),
+            }),
+            root_cert: self
+                .tls_root
+                .as_ref()
+                .map(|RootCertificate(pem)| pem.clone()),
         }))
     }
 }
@@ -198,7 +284,7 @@ pub(super) fn open_client(url: &str, config: &RedisConfig) -> Result<redis::Clie
     match config.tls_certificates(&name)? {
         None => redis::Client::open(info).map_err(|err| invalid(err.to_string())),
         Some(_) if !tls => Err(invalid(
-            "a TLS root certificate is configured but the URL does not use TLS; \
+            "TLS certificates are configured but the URL does not use TLS; \
              use `rediss://`"
                 .into(),
         )),
@@ -853,12 +939,8 @@ pub(crate) fn redact(url: &str) -> String {
 }
 
 pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> BackendError {
-    if let Some(tls) = tls_failure(&err) {
-        let message = format!(
-            "TLS handshake failed: {tls} (is the port a TLS port, and does the server's \
-             certificate name this host and chain to a trusted root? see \
-             `RedisConfig::tls_root_certificate`)"
-        );
+    if let Some((tls, hint)) = tls_failure(&err) {
+        let message = format!("TLS handshake failed: {tls} ({hint})");
         return BackendError::new(BackendErrorKind::Tls, format!("{server}: {what}"), message)
             .with_source(err);
     }
@@ -928,8 +1010,10 @@ fn permission_fix(denied: &str) -> String {
 }
 
 /// The TLS error behind `err`, when the TLS layer failed it (rustls reports
-/// through `std::io::Error`, whose `source` skips the error it wraps).
-fn tls_failure(err: &RedisError) -> Option<String> {
+/// through `std::io::Error`, whose `source` skips the error it wraps), and
+/// what to check.
+fn tls_failure(err: &RedisError) -> Option<(String, &'static str)> {
+    use rustls::AlertDescription as Alert;
     let inner = std::error::Error::source(err)?
         .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()?;
     let inner: &(dyn std::error::Error + 'static) = &**inner;
@@ -937,9 +1021,33 @@ fn tls_failure(err: &RedisError) -> Option<String> {
         Some(io) => io.get_ref()?,
         None => inner,
     };
-    let tls = inner.is::<rustls::Error>() || inner.is::<rustls::pki_types::InvalidDnsNameError>();
-    tls.then(|| inner.to_string())
+    let hint = match inner.downcast_ref::<rustls::Error>() {
+        Some(rustls::Error::AlertReceived(Alert::CertificateRequired)) => {
+            "the server checks clients (`tls-auth-clients`): give a client certificate with \
+             `RedisConfig::tls_client_certificate`"
+        }
+        Some(rustls::Error::AlertReceived(
+            Alert::BadCertificate
+            | Alert::UnknownCA
+            | Alert::CertificateUnknown
+            | Alert::UnsupportedCertificate
+            | Alert::CertificateExpired
+            | Alert::CertificateRevoked,
+        )) => {
+            "the server refused the client certificate: is it signed by a CA in the \
+             server's `tls-ca-cert-file`, and still valid? see \
+             `RedisConfig::tls_client_certificate`"
+        }
+        Some(_) => SERVER_CERTIFICATE_HINT,
+        None if inner.is::<rustls::pki_types::InvalidDnsNameError>() => SERVER_CERTIFICATE_HINT,
+        None => return None,
+    };
+    Some((inner.to_string(), hint))
 }
+
+const SERVER_CERTIFICATE_HINT: &str = "is the port a TLS port, and does the server's \
+                                       certificate name this host and chain to a trusted \
+                                       root? see `RedisConfig::tls_root_certificate`";
 
 /// Why a `rediss://` connect may time out: a plain-text port reads the TLS
 /// greeting as the start of a command and waits for the rest.
