@@ -291,14 +291,13 @@ async fn cluster_waiter_hears_a_release_made_on_another_node() {
     cluster_hand_over(&cluster, held, waiter, "cluster").await;
 }
 
-/// The node a waiter listens on dies mid-wait: the waiter listens again on
-/// the next seed and still hears the release.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_waiter_moves_to_the_next_seed_when_its_node_dies() {
+/// The node a waiter listens on fails mid-wait (`fail`): the waiter listens
+/// again on the next seed and still hears the release, made on another node.
+async fn cluster_waiter_moves_on_when_its_node_fails(fail: impl FnOnce(&mut RedisCluster, usize)) {
     let mut cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .expect("starting the cluster");
-    // A replica first, so that its death costs no failover; the key is
+    // A replica first, so that its failure costs no failover; the key is
     // served by another master than the replica's.
     let replica = cluster.replica_of(cluster.master_for("{a}"));
     let key = (0..)
@@ -310,7 +309,7 @@ async fn cluster_waiter_moves_to_the_next_seed_when_its_node_dies() {
     seeds.insert(0, first);
     let (held, waiter) = cluster_held_and_awaited(&cluster, &seeds, &key, replica).await;
 
-    cluster.kill(replica);
+    fail(&mut cluster, replica);
     let mut listening = Vec::new();
     for _ in 0..500 {
         listening = cluster_listeners(&cluster, &key, &[replica]);
@@ -321,10 +320,22 @@ async fn cluster_waiter_moves_to_the_next_seed_when_its_node_dies() {
     }
     if listening.iter().flatten().sum::<i64>() != 1 {
         cluster.fail(format_args!(
-            "the waiter does not listen again after its node died: {listening:?}"
+            "the waiter does not listen again after its node failed: {listening:?}"
         ));
     }
-    cluster_hand_over(&cluster, held, waiter, "after its node died").await;
+    cluster_hand_over(&cluster, held, waiter, "after its node failed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_waiter_moves_to_the_next_seed_when_its_node_dies() {
+    cluster_waiter_moves_on_when_its_node_fails(|cluster, node| cluster.kill(node)).await;
+}
+
+/// A frozen node keeps the connection open and forwards nothing: the
+/// locker's check of the connection notices it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_waiter_moves_to_the_next_seed_when_its_node_freezes() {
+    cluster_waiter_moves_on_when_its_node_fails(|cluster, node| cluster.node(node).pause()).await;
 }
 
 fn memory_lockers() -> (Locker, Locker) {

@@ -203,7 +203,7 @@ impl ClusterBackend {
             .iter()
             .map(|seed| open_client(seed, &config))
             .collect::<Result<_, _>>()?;
-        let wakeups = Arc::new(Wakeups::new(servers, &config));
+        let wakeups = Arc::new(Wakeups::new(servers, &config, true));
         Ok(ClusterBackend {
             conn,
             name,

@@ -395,7 +395,9 @@ impl RedisBackend {
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
         let (client, conn, name) = open_manager(url, &config).await?;
         preload(conn.clone(), config.response_timeout).await;
-        let wakeups = Arc::new(Wakeups::new(vec![client], &config));
+        // The pub/sub connection goes to the server that holds the keys: when
+        // it freezes, nothing can be locked anyway.
+        let wakeups = Arc::new(Wakeups::new(vec![client], &config, false));
         Ok(RedisBackend {
             conn,
             name,
@@ -536,6 +538,10 @@ async fn preload(mut conn: ConnectionManager, timeout: Duration) {
     }
 }
 
+/// How often [`Wakeups::watch`] checks a pub/sub connection, and how long it
+/// waits for the answer.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
 /// How long a fair waiter's channel stays subscribed after its last listener.
 const FAIR_LINGER: Duration = Duration::from_secs(1);
 
@@ -559,6 +565,10 @@ pub(super) struct Wakeups {
     servers: Vec<redis::Client>,
     /// Index in `servers` of the next connection's first try.
     next: AtomicUsize,
+    /// Whether to check the connection with [`Wakeups::watch`].
+    heartbeat: bool,
+    /// Id of the connection in use (0: none yet).
+    current: AtomicU64,
     /// Bounds opening the connection and each (un)subscription, so that a
     /// waiter facing a stalled server falls back to its backoff in time.
     timeout: Duration,
@@ -614,10 +624,14 @@ struct Pushes {
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 impl Wakeups {
-    pub(super) fn new(servers: Vec<redis::Client>, config: &RedisConfig) -> Self {
+    /// Subscribes on one of `servers`; `heartbeat` when they are not the
+    /// servers that hold the keys (see [`Wakeups::watch`]).
+    pub(super) fn new(servers: Vec<redis::Client>, config: &RedisConfig, heartbeat: bool) -> Self {
         Wakeups {
             servers,
             next: AtomicUsize::new(0),
+            heartbeat,
+            current: AtomicU64::new(0),
             timeout: config.connect_timeout + config.response_timeout,
             connection: tokio::sync::Mutex::default(),
             channels: Mutex::default(),
@@ -652,6 +666,10 @@ impl Wakeups {
                 match self.open_on(&self.servers[index]).await {
                     Ok(connection) => {
                         self.next.store(index, Ordering::Relaxed);
+                        self.current.store(connection.id, Ordering::Release);
+                        if self.heartbeat {
+                            self.watch(connection.conn.clone(), connection.id, index);
+                        }
                         return Ok(connection);
                     }
                     Err(error) => errors.push(error),
@@ -698,6 +716,54 @@ impl Wakeups {
             Ok(Err(err)) => Err(err.to_string()),
             Err(elapsed) => Err(elapsed.to_string()),
         }
+    }
+
+    /// Forgets connection `id`, closed or silent: its listeners turn deaf
+    /// (their senders are dropped), and wake up so that they can listen
+    /// again on a new one.
+    fn forget(&self, id: u64) {
+        self.closed.store(id, Ordering::Release);
+        self.channels().retain(|_, entry| entry.connection != id);
+        self.grants().retain(|_, grant| grant.connection != id);
+    }
+
+    /// Checks connection `id` to `servers[index]` every `HEARTBEAT` while
+    /// anyone listens, for servers that are not the ones holding the keys
+    /// (a cluster's seed node): one that freezes keeps
+    /// its connection open and stays silent, while the keys' own servers
+    /// still grant and release. A check unanswered within `HEARTBEAT`
+    /// forgets the connection, and the next one starts on the next server.
+    fn watch(self: &Arc<Self>, mut conn: MultiplexedConnection, id: u64, index: usize) {
+        let wakeups = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(HEARTBEAT).await;
+                let Some(wakeups) = wakeups.upgrade() else {
+                    return;
+                };
+                if wakeups.current.load(Ordering::Acquire) != id
+                    || wakeups.closed.load(Ordering::Acquire) == id
+                {
+                    return;
+                }
+                if wakeups.channels().is_empty() && wakeups.grants().is_empty() {
+                    continue;
+                }
+                let ping = async { redis::cmd("PING").query_async::<()>(&mut conn).await };
+                if !matches!(tokio::time::timeout(HEARTBEAT, ping).await, Ok(Ok(()))) {
+                    tracing::debug!(target: "lockmacro", "pub/sub server silent; listening elsewhere");
+                    let next = (index + 1) % wakeups.servers.len();
+                    let _ = wakeups.next.compare_exchange(
+                        index,
+                        next,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    wakeups.forget(id);
+                    return;
+                }
+            }
+        });
     }
 
     /// True when the channel of `key` is subscribed on a live connection:
@@ -910,15 +976,8 @@ impl AsyncPushSender for Pushes {
                 }
             }
             PushKind::Disconnection => {
-                tracing::debug!(target: "lockmacro", "pub/sub connection closed; waiters fall back to backoff");
-                wakeups.closed.store(self.connection, Ordering::Release);
-                // Dropping the senders turns their listeners deaf.
-                wakeups
-                    .channels()
-                    .retain(|_, entry| entry.connection != self.connection);
-                wakeups
-                    .grants()
-                    .retain(|_, grant| grant.connection != self.connection);
+                tracing::debug!(target: "lockmacro", "pub/sub connection closed");
+                wakeups.forget(self.connection);
             }
             _ => {}
         }

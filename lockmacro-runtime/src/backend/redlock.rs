@@ -70,6 +70,15 @@ const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 /// locks only; when it fails on too many masters, the attempt fails like a
 /// refused lock.
 ///
+/// # Waiting
+///
+/// Waiters are not woken by releases: they retry after their retry
+/// strategy's delay. Waiters woken together would all try at once and could
+/// split the masters' votes so that none gets a majority; a random delay, as
+/// the algorithm asks, spreads them out (exponential backoff has full jitter;
+/// the attribute's `wait` backs off from 2 ms to 200 ms). No wait outlasts
+/// the shortest remaining lease that a master refusing the lock reports.
+///
 /// # No fair hand-off
 ///
 /// A queue of waiters would have to be kept by a majority too, and a release
