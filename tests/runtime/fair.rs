@@ -303,10 +303,11 @@ async fn memory_waiters_gone_do_not_block_the_queue() {
     waiters_gone_do_not_block_the_queue(Queue::Memory, memory_lockers(4)).await;
 }
 
-/// A waiter that died without leaving (its entry written as the acquire
-/// script writes it, expiring in 300 ms) is skipped once it expires.
+/// Entries of waiters that died without leaving, more of them than a
+/// release reads at a time (16), are skipped once they lapse: the live
+/// waiter behind them is handed the key, and the queue is left empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_dead_waiter_is_skipped_after_its_expiry() {
+async fn redis_dead_waiters_are_skipped_after_their_expiry() {
     let server = RedisServer::start();
     let lockers = redis_lockers(&server, 2).await;
     let held = server.expect_ok(
@@ -315,23 +316,55 @@ async fn redis_dead_waiter_is_skipped_after_its_expiry() {
     );
     let (seconds, micros): (String, String) = server.cmd(&["TIME"]);
     let now_ms = seconds.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000;
-    let dead = format!(
-        r#"{{"v":"{}","t":30000,"e":{},"f":""}}"#,
-        "d".repeat(32),
-        now_ms + 300
-    );
-    let _: i64 = server.cmd(&["RPUSH", "{job}:queue", &dead]);
+    const DEAD: u64 = 40;
+    for n in 0..DEAD {
+        let dead = format!(
+            r#"{{"v":"d{n:031x}","t":30000,"e":{},"f":""}}"#,
+            now_ms + 300
+        );
+        let _: i64 = server.cmd(&["RPUSH", "{job}:queue", &dead]);
+    }
     let waiter = Queue::Redis(&server)
-        .join(&lockers[1], "job", fair(), 2)
+        .join(&lockers[1], "job", fair(), DEAD as i64 + 1)
         .await;
-    // Let the dead entry expire (a passage of time, not a synchronisation).
+    // Let the dead entries expire (a passage of time, not a synchronisation).
     tokio::time::sleep(Duration::from_millis(400)).await;
     server.expect_ok(held.release().await, "release");
     let lock = promptly("the live waiter is handed the key", waiter)
         .await
         .expect("waiter task")
         .expect("the live waiter obtains");
+    assert_eq!(queued(&server, "job"), 0, "lapsed entries left behind");
     server.expect_ok(lock.release().await, "release");
+}
+
+/// A waiter whose future is dropped behind more live waiters than a release
+/// reads at a time (16) still leaves the queue at once, and the others stay
+/// in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waiter_dropped_deep_in_the_queue_leaves_it() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 2).await;
+    let held = server.expect_ok(
+        lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    const AHEAD: i64 = 20;
+    for n in 0..AHEAD {
+        let live = format!(r#"{{"v":"a{n:031x}","t":30000,"e":99999999999999,"f":""}}"#);
+        let _: i64 = server.cmd(&["RPUSH", "{job}:queue", &live]);
+    }
+    let waiter = Queue::Redis(&server)
+        .join(&lockers[1], "job", fair(), AHEAD + 1)
+        .await;
+    waiter.abort();
+    until_queued(&server, "job", AHEAD).await;
+    let entries: Vec<String> = server.cmd(&["LRANGE", "{job}:queue", "0", "-1"]);
+    assert!(
+        entries.iter().all(|entry| entry.contains(r#""v":"a"#)),
+        "{entries:?}"
+    );
+    server.expect_ok(held.release().await, "release");
 }
 
 /// An ordinary obtain cannot overtake a queued fair waiter: the release hands
