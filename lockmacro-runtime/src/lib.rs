@@ -268,7 +268,9 @@
 //! ## TLS and Redis users
 //!
 //! `rediss://` URLs connect with TLS (rustls), trusting the system's roots or,
-//! with [`RedisConfig::tls_root_certificate`], only the CA you give. A Redis
+//! with [`RedisConfig::tls_root_certificate`], only the CA you give; a server
+//! that checks clients gets the certificate given with
+//! [`RedisConfig::tls_client_certificate`]. A Redis
 //! user restricted by ACLs needs the scripts (`+evalsha +script|load`), the
 //! commands they call, the lock and fence keys and, for wake-ups, the release
 //! channels; the README's "Permissions a Redis user needs" has the exact
