@@ -190,7 +190,7 @@ impl RedisConfig {
     }
 
     /// True when the config holds TLS settings, which need `rediss://`.
-    pub(super) fn has_tls_settings(&self) -> bool {
+    fn has_tls_settings(&self) -> bool {
         self.tls_root.is_some() || self.tls_client.is_some()
     }
 
@@ -267,7 +267,7 @@ pub(super) fn install_crypto_provider() {
 }
 
 /// A client for `url` with `config`'s TLS settings; `Err` for a URL that
-/// cannot be parsed or a root certificate that cannot be used with it.
+/// cannot be parsed or TLS settings that cannot be used with it.
 pub(super) fn open_client(url: &str, config: &RedisConfig) -> Result<redis::Client, LockError> {
     let invalid = |reason: String| LockError::InvalidUrl {
         url: redact(url),
@@ -556,8 +556,9 @@ fn release_channel(key: &str) -> String {
 /// each subscribed once however many wait on it). Messages arrive as pushes
 /// and are handed straight to the listeners of their channel.
 ///
-/// Losing it never loses a lock: waiters then sleep out their backoff, as
-/// without wake-ups, and the next listener opens a new connection.
+/// Losing it never loses a lock: its waiters try again at once and listen on
+/// a new connection, or, when none can be had, sleep out their backoff, as
+/// without wake-ups.
 pub(super) struct Wakeups {
     /// The servers it may subscribe on, tried in turn from the last one that
     /// worked: one for a single server; the seed nodes of a cluster, any of
@@ -728,11 +729,11 @@ impl Wakeups {
     }
 
     /// Checks connection `id` to `servers[index]` every `HEARTBEAT` while
-    /// anyone listens, for servers that are not the ones holding the keys
-    /// (a cluster's seed node): one that freezes keeps
-    /// its connection open and stays silent, while the keys' own servers
-    /// still grant and release. A check unanswered within `HEARTBEAT`
-    /// forgets the connection, and the next one starts on the next server.
+    /// anyone listens, for servers that are not the ones holding the keys (a
+    /// cluster's seed node): one that freezes keeps its connection open and
+    /// stays silent, while the keys' own servers still grant and release. A
+    /// check unanswered within `HEARTBEAT` forgets the connection, and the
+    /// next one starts on the next server.
     fn watch(self: &Arc<Self>, mut conn: MultiplexedConnection, id: u64, index: usize) {
         let wakeups = Arc::downgrade(self);
         tokio::spawn(async move {
