@@ -18,11 +18,12 @@
 //! Flags: `--cycles N` (S1 sequential cycles), `--tasks N` and `--task-cycles N`
 //! (S1 concurrent), `--workers N`, `--sections N`, `--body-us N`, `--poll-ms N`
 //! (S2/S3), `--leases N` and `--window-s N` (S4), `--macro-calls N`,
-//! `--only s1,s1-scale,s2,s4,macro`, `--no-pin`.
+//! `--only s1,s1-scale,s2,s2-scale,s4,macro`, `--no-pin`.
 //!
 //! `s1-scale` repeats S1 sequential on a 3-master Redis Cluster and on 3
 //! Redlock masters, which it starts too (the cluster needs `redis-cli`, or
-//! `LOCKMACRO_REDIS_CLI`); every server shares CPU 1.
+//! `LOCKMACRO_REDIS_CLI`); every server shares CPU 1. `s2-scale` runs S2's
+//! `obtain` variants on such a cluster, next to the single server.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -673,18 +674,43 @@ async fn s2_fair_attribute(
     Ok((shared.body().await, acquired))
 }
 
+/// Where the S2 workers lock.
+enum Target {
+    Single(String),
+    /// The seed nodes of a cluster.
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    async fn locker(&self) -> Locker {
+        match self {
+            Target::Single(url) => Locker::connect(url).await.unwrap(),
+            Target::Cluster(seeds) => Locker::cluster(seeds).await.unwrap(),
+        }
+    }
+}
+
 async fn s2_worker(
     contender: Contender,
-    url: String,
+    target: Arc<Target>,
     worker: usize,
     sections: usize,
     poll: Duration,
     shared: Arc<Contention>,
 ) {
-    // A connection per worker, as if each were another instance.
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let locker = Locker::connect(&url).await.unwrap();
+    // A connection per worker, as if each were another instance; the raw
+    // variants run on one server only.
+    let locker = target.locker().await;
+    let mut conn = match (&*target, contender) {
+        (Target::Single(url), Contender::Spin | Contender::Poll) => Some(
+            redis::Client::open(url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap(),
+        ),
+        _ => None,
+    };
     let script = Script::new(CAD);
     for _ in 0..sections {
         let (seq, acquired) = match contender {
@@ -704,15 +730,16 @@ async fn s2_worker(
                 (seq, acquired)
             }
             Contender::Spin | Contender::Poll => {
+                let conn = conn.as_mut().expect("the raw variants run on one server");
                 let token = token();
-                while !floor_acquire(&mut conn, "bench:s2", &token).await {
+                while !floor_acquire(conn, "bench:s2", &token).await {
                     if contender == Contender::Poll {
                         tokio::time::sleep(poll).await;
                     }
                 }
                 let acquired = Instant::now();
                 let seq = shared.body().await;
-                floor_release(&mut conn, &script, "bench:s2", &token).await;
+                floor_release(conn, &script, "bench:s2", &token).await;
                 (seq, acquired)
             }
         };
@@ -720,10 +747,81 @@ async fn s2_worker(
     }
 }
 
+/// One S2 run: the figures every variant prints.
+struct Contended {
+    elapsed: Duration,
+    per_sec: f64,
+    /// Release returned → next acquire returned, between different workers.
+    handoffs: Vec<Duration>,
+    /// Acquire returned → release returned.
+    holds: Vec<Duration>,
+    /// Fewest and most sections per worker when the first one finished.
+    fairness: (usize, usize),
+    lost: u64,
+}
+
+/// Runs `args.workers` workers of `contender` on `target` to the end.
+async fn contend(
+    args: &Args,
+    contender: Contender,
+    target: &Arc<Target>,
+) -> Result<Contended, Box<dyn std::error::Error>> {
+    let shared = Arc::new(Contention::new(args.workers, args.body));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..args.workers)
+        .map(|worker| {
+            tokio::spawn(s2_worker(
+                contender,
+                target.clone(),
+                worker,
+                args.sections,
+                args.poll,
+                shared.clone(),
+            ))
+        })
+        .collect();
+    for worker in workers {
+        worker.await?;
+    }
+    let elapsed = started.elapsed();
+    let sections = args.workers * args.sections;
+    let mut log = std::mem::take(&mut *shared.log.lock().unwrap());
+    log.sort_by_key(|section| section.seq);
+    let mut handoffs: Vec<Duration> = log
+        .windows(2)
+        .filter(|pair| pair[0].worker != pair[1].worker)
+        .map(|pair| pair[1].acquired.saturating_duration_since(pair[0].released))
+        .collect();
+    handoffs.sort_unstable();
+    let mut holds: Vec<Duration> = log
+        .iter()
+        .map(|section| section.released.saturating_duration_since(section.acquired))
+        .collect();
+    holds.sort_unstable();
+    let first = shared
+        .first_finish
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap_or_default();
+    Ok(Contended {
+        elapsed,
+        per_sec: sections as f64 / elapsed.as_secs_f64(),
+        handoffs,
+        holds,
+        fairness: (
+            first.iter().copied().min().unwrap_or(0),
+            first.iter().copied().max().unwrap_or(0),
+        ),
+        lost: sections as u64 - shared.counter.load(Ordering::Relaxed),
+    })
+}
+
 async fn s2(args: &Args, server: &Server) -> Result<(), Box<dyn std::error::Error>> {
     let url = server.url();
     let url = url.as_str();
     let server_pid = server.child.id().to_string();
+    let target = Arc::new(Target::Single(url.to_owned()));
     let mut admin = admin(url).await?;
     println!(
         "\nS2/S3 contended: {} workers (a connection each), one key, {} sections each, \
@@ -758,26 +856,9 @@ async fn s2(args: &Args, server: &Server) -> Result<(), Box<dyn std::error::Erro
         (Contender::FairAttribute, "attribute, fair = true"),
         (Contender::FairRuntime, "obtain, fair, linear 1 s"),
     ] {
-        let shared = Arc::new(Contention::new(args.workers, args.body));
         reset_stats(&mut admin).await;
-        let started = Instant::now();
         let cpu = (cpu_time(), cpu_time_of(&server_pid));
-        let workers: Vec<_> = (0..args.workers)
-            .map(|worker| {
-                tokio::spawn(s2_worker(
-                    contender,
-                    url.to_owned(),
-                    worker,
-                    args.sections,
-                    args.poll,
-                    shared.clone(),
-                ))
-            })
-            .collect();
-        for worker in workers {
-            worker.await?;
-        }
-        let elapsed = started.elapsed();
+        let run = contend(args, contender, &target).await?;
         let cpu = (cpu_time() - cpu.0, cpu_time_of(&server_pid) - cpu.1);
         let calls = command_calls(&mut admin).await;
         let sections = args.workers * args.sections;
@@ -785,21 +866,7 @@ async fn s2(args: &Args, server: &Server) -> Result<(), Box<dyn std::error::Erro
         // other command was sent by a waiter.
         let raw_set = matches!(contender, Contender::Spin | Contender::Poll);
         let waiter = sent(&calls, raw_set).saturating_sub(2 * sections as u64);
-        let mut log = std::mem::take(&mut *shared.log.lock().unwrap());
-        log.sort_by_key(|section| section.seq);
-        let mut handoffs: Vec<Duration> = log
-            .windows(2)
-            .filter(|pair| pair[0].worker != pair[1].worker)
-            .map(|pair| pair[1].acquired.saturating_duration_since(pair[0].released))
-            .collect();
-        handoffs.sort_unstable();
-        let first = shared
-            .first_finish
-            .lock()
-            .unwrap()
-            .clone()
-            .unwrap_or_default();
-        let per_sec = sections as f64 / elapsed.as_secs_f64();
+        let per_sec = run.per_sec;
         if contender == Contender::Spin {
             floor = per_sec;
         }
@@ -807,15 +874,11 @@ async fn s2(args: &Args, server: &Server) -> Result<(), Box<dyn std::error::Erro
             "  {:<28} {:>10.0} {:>10} {:>10} {:>13} {:>14} {:>6}",
             name,
             per_sec,
-            micros(percentile(&handoffs, 0.5)),
-            micros(percentile(&handoffs, 0.99)),
-            format!(
-                "{}/{}",
-                first.iter().min().unwrap_or(&0),
-                first.iter().max().unwrap_or(&0)
-            ),
+            micros(percentile(&run.handoffs, 0.5)),
+            micros(percentile(&run.handoffs, 0.99)),
+            format!("{}/{}", run.fairness.0, run.fairness.1),
             format!("{waiter} ({:.1})", waiter as f64 / sections as f64),
-            sections as u64 - shared.counter.load(Ordering::Relaxed),
+            run.lost,
         );
         let mut by_command: Vec<_> = calls.iter().filter(|(_, calls)| **calls > 0).collect();
         by_command.sort_by_key(|(_, calls)| std::cmp::Reverse(**calls));
@@ -823,28 +886,71 @@ async fn s2(args: &Args, server: &Server) -> Result<(), Box<dyn std::error::Erro
             .iter()
             .map(|(name, calls)| format!("{name} {calls}"))
             .collect();
-        // Acquire returned → release returned: the body plus the release
-        // round trip, the part of each section a hand-off cannot shorten.
-        let mut holds: Vec<Duration> = log
-            .iter()
-            .map(|section| section.released.saturating_duration_since(section.acquired))
-            .collect();
-        holds.sort_unstable();
         // Where a section's time goes: the client thread runs every worker,
         // bodies included, so when it is busy all the time it is the bound.
         let per_section = |time: Duration| micros(time / sections as u32);
         println!(
             "    {} hand-offs between workers; held p50 {} µs; per section: {} µs wall, \
              client CPU {} µs, server CPU {} µs",
-            handoffs.len(),
-            micros(percentile(&holds, 0.5)),
-            per_section(elapsed),
+            run.handoffs.len(),
+            micros(percentile(&run.holds, 0.5)),
+            per_section(run.elapsed),
             per_section(cpu.0),
             per_section(cpu.1),
         );
         println!("    server saw: {}", by_command.join(", "));
         if !matches!(contender, Contender::Spin | Contender::Poll) {
             println!("  {name}: sections/s vs floor {:.2}x", per_sec / floor);
+        }
+    }
+    Ok(())
+}
+
+/// S2's runtime variants on a Redis Cluster, next to the same variants on the
+/// single server, taking turns: waits end by wake-ups (a 1 s backoff), which
+/// on the cluster come from the locker's first seed node over the cluster bus.
+async fn s2_scale(
+    args: &Args,
+    url: &str,
+    cluster: &[Server],
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!(
+        "\nS2 on a Redis Cluster (3 masters, on the server CPU): {} workers, one key, {} \
+         sections each, {} µs body",
+        args.workers,
+        args.sections,
+        args.body.as_micros()
+    );
+    println!(
+        "  {:<40} {:>10} {:>10} {:>10} {:>13} {:>6} {:>10}",
+        "variant", "sections/s", "hand-off", "hand-off", "fairness", "lost", "vs single"
+    );
+    println!(
+        "  {:<40} {:>10} {:>10} {:>10} {:>13} {:>6} {:>10}",
+        "", "", "p50 µs", "p99 µs", "min/max", "upd.", "server"
+    );
+    let single = Arc::new(Target::Single(url.to_owned()));
+    let cluster = Arc::new(Target::Cluster(cluster.iter().map(Server::url).collect()));
+    for (contender, name) in [
+        (Contender::Runtime, "obtain, linear 1 s backoff"),
+        (Contender::FairRuntime, "obtain, fair, linear 1 s"),
+    ] {
+        let mut base = 0.0;
+        for (target, place) in [(&single, "single server"), (&cluster, "cluster")] {
+            let run = contend(args, contender, target).await?;
+            if matches!(**target, Target::Single(_)) {
+                base = run.per_sec;
+            }
+            println!(
+                "  {:<40} {:>10.0} {:>10} {:>10} {:>13} {:>6} {:>9.2}x",
+                format!("{name}, {place}"),
+                run.per_sec,
+                micros(percentile(&run.handoffs, 0.5)),
+                micros(percentile(&run.handoffs, 0.99)),
+                format!("{}/{}", run.fairness.0, run.fairness.1),
+                run.lost,
+                run.per_sec / base,
+            );
         }
     }
     Ok(())
@@ -1041,6 +1147,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if args.runs("s2") {
             s2(&args, &server).await?;
+        }
+        if args.runs("s2-scale") {
+            let server_cpu = pin.then_some(1);
+            let cluster = tokio::task::spawn_blocking(move || start_cluster(server_cpu)).await?;
+            s2_scale(&args, &url, &cluster).await?;
         }
         if args.runs("s4") {
             s4(&args, &url).await?;
