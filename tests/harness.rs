@@ -212,15 +212,18 @@ const HOLDER_ENV: &str = "LOCKMACRO_HARNESS_HOLDER";
 
 #[test]
 fn server_dies_with_the_test_process() {
+    // The same test, run again in a child process, starts the server.
+    if env::var_os(HOLDER_ENV).is_some() {
+        return hold_a_server_until_killed();
+    }
     // The orphaned server is then reparented to us rather than to init, and we can reap
     // it and see how it died.
     // SAFETY: sets an attribute of this process; no pointers involved.
     assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) }, 0);
     let mut holder = Command::new(env::current_exe().unwrap())
         .args([
-            "hold_a_server_until_killed",
+            "server_dies_with_the_test_process",
             "--exact",
-            "--ignored",
             "--nocapture",
         ])
         .env(HOLDER_ENV, "1")
@@ -252,12 +255,8 @@ fn server_dies_with_the_test_process() {
     );
 }
 
-#[test]
-#[ignore = "run by server_dies_with_the_test_process"]
+/// The child process's part: starts a server and waits to be killed.
 fn hold_a_server_until_killed() {
-    if env::var_os(HOLDER_ENV).is_none() {
-        return;
-    }
     let server = RedisServer::start();
     println!("server pid {}", server.pid());
     thread::sleep(Duration::from_secs(60));

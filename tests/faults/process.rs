@@ -27,13 +27,16 @@ impl Drop for Holder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_killed_mid_body_frees_the_lock_once_its_lease_ends() {
+    // The same test, run again in a child process, is the holder.
+    if let Ok(url) = env::var(HOLDER_ENV) {
+        return hold_until_killed(&url).await;
+    }
     let server = RedisServer::start();
     let mut holder = Holder(
         Command::new(env::current_exe().unwrap())
             .args([
-                "process::hold_until_killed",
+                "process::holder_killed_mid_body_frees_the_lock_once_its_lease_ends",
                 "--exact",
-                "--ignored",
                 "--nocapture",
             ])
             .env(HOLDER_ENV, server.url())
@@ -104,29 +107,19 @@ async fn holder_killed_mid_body_frees_the_lock_once_its_lease_ends() {
     );
 }
 
-#[test]
-#[ignore = "run by holder_killed_mid_body_frees_the_lock_once_its_lease_ends"]
-fn hold_until_killed() {
-    let Ok(url) = env::var(HOLDER_ENV) else {
-        return;
-    };
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let locker = Locker::connect(&url).await.unwrap();
+/// The child process's part: takes the lock and holds it until killed.
+async fn hold_until_killed(url: &str) {
+    let locker = Locker::connect(url).await.unwrap();
 
-            #[distributed_lock(key = "job", ttl = "1s", locker = locker, fence, guard = lease)]
-            async fn job(locker: &Locker) -> Result<(), LockError> {
-                let _ = locker;
-                println!("inside, fence {}", lease.fence_token().unwrap());
-                // The parent kills this process here; the watchdog keeps the
-                // lease until then. Bounded, in case the parent is gone.
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                Ok(())
-            }
+    #[distributed_lock(key = "job", ttl = "1s", locker = locker, fence, guard = lease)]
+    async fn job(locker: &Locker) -> Result<(), LockError> {
+        let _ = locker;
+        println!("inside, fence {}", lease.fence_token().unwrap());
+        // The parent kills this process here; the watchdog keeps the
+        // lease until then. Bounded, in case the parent is gone.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(())
+    }
 
-            job(&locker).await.unwrap();
-        });
+    job(&locker).await.unwrap();
 }
