@@ -57,9 +57,10 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 /// publishes on `lockmacro:released:<key>`, and Redis Cluster forwards every
 /// message to every node over its bus, so a [`Locker`](crate::Locker)
 /// subscribes on one seed node (one RESP3 connection, shared by its waiters),
-/// whichever master holds the key. When that node goes away, waiters fall back
-/// to their backoff until the next wait subscribes on the next seed that
-/// answers; give several seeds for that.
+/// whichever master holds the key. When that node goes away (its connection
+/// closes, or it stops answering the `PING` the locker sends it once a second
+/// while anyone waits), waiters try again at once and listen on the next seed
+/// that answers; give several seeds for that.
 ///
 /// Fair waiters queue at `{K}:queue`, in the lock's slot, and releases hand
 /// the key to the first one, as on a single server.
