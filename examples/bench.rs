@@ -18,12 +18,14 @@
 //! Flags: `--cycles N` (S1 sequential cycles), `--tasks N` and `--task-cycles N`
 //! (S1 concurrent), `--workers N`, `--sections N`, `--body-us N`, `--poll-ms N`
 //! (S2/S3), `--leases N` and `--window-s N` (S4), `--macro-calls N`,
-//! `--only s1,s1-scale,s2,s2-scale,s4,macro`, `--no-pin`.
+//! `--only s1,s1-scale,s2,s2-scale,s4,queue,macro`, `--no-pin`.
 //!
 //! `s1-scale` repeats S1 sequential on a 3-master Redis Cluster and on 3
 //! Redlock masters, which it starts too (the cluster needs `redis-cli`, or
 //! `LOCKMACRO_REDIS_CLI`); every server shares CPU 1. `s2-scale` runs S2's
-//! `obtain` variants on such a cluster, next to the single server.
+//! `obtain` variants on such a cluster, next to the single server. `queue`
+//! times a release with 1 and with 1,000 fair waiters queued (`--cycles`
+//! releases each, at most 2,000).
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -1058,6 +1060,80 @@ async fn macro_attribute(locker: &Locker) -> Result<(), LockError> {
     Ok(())
 }
 
+/// A release with a long queue of fair waiters ahead: `Locker::obtain`, then
+/// `Lock::release`, whose script hands the key to the first queued waiter.
+/// The waiters are entries written as the fair acquire writes them, for
+/// tokens nobody holds: after each release the bench frees the key and
+/// queues one more, so the queue keeps its length.
+async fn queue_release(args: &Args, url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    const KEY: &str = "bench:queue";
+    const QUEUE: &str = "{bench:queue}:queue";
+    let cycles = args.cycles.min(2000);
+    let locker = Locker::connect(url).await?;
+    let mut admin = admin(url).await?;
+    println!("\nRelease with fair waiters queued ({cycles} releases each)");
+    println!(
+        "  {:<20} {:>14} {:>14} {:>22}",
+        "waiters queued", "release p50 µs", "release p99 µs", "server µs per script"
+    );
+    let waiter = |n: usize| format!(r#"{{"v":"{n:032x}","t":30000,"e":99999999999999,"f":""}}"#);
+    for queued in [1, 1000] {
+        let () = redis::cmd("DEL")
+            .arg(KEY)
+            .arg(QUEUE)
+            .query_async(&mut admin)
+            .await?;
+        let mut push = redis::cmd("RPUSH");
+        push.arg(QUEUE);
+        for n in 0..queued {
+            push.arg(waiter(n));
+        }
+        let _: i64 = push.query_async(&mut admin).await?;
+        reset_stats(&mut admin).await;
+        let mut latencies = Vec::with_capacity(cycles);
+        for n in 0..cycles {
+            let lock = locker.obtain(KEY, TTL, ObtainOptions::new()).await?;
+            let started = Instant::now();
+            lock.release().await?;
+            latencies.push(started.elapsed());
+            let (): () = redis::pipe()
+                .cmd("DEL")
+                .arg(KEY)
+                .ignore()
+                .cmd("RPUSH")
+                .arg(QUEUE)
+                .arg(waiter(queued + n))
+                .ignore()
+                .query_async(&mut admin)
+                .await?;
+        }
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut admin)
+            .await?;
+        // `usec_per_call` of EVALSHA: the acquire and release scripts alike.
+        let per_script = info
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+            .and_then(|stats| {
+                stats
+                    .split(',')
+                    .find_map(|f| f.strip_prefix("usec_per_call="))
+            })
+            .unwrap_or("?")
+            .to_owned();
+        latencies.sort_unstable();
+        println!(
+            "  {:<20} {:>14} {:>14} {:>22}",
+            queued,
+            micros(percentile(&latencies, 0.5)),
+            micros(percentile(&latencies, 0.99)),
+            per_script
+        );
+    }
+    Ok(())
+}
+
 async fn macro_overhead(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let locker = Locker::memory();
     let n = args.macro_calls;
@@ -1155,6 +1231,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if args.runs("s4") {
             s4(&args, &url).await?;
+        }
+        if args.runs("queue") {
+            queue_release(&args, &url).await?;
         }
         if args.runs("macro") {
             macro_overhead(&args).await?;
