@@ -47,89 +47,21 @@ impl TestCa {
             "-addext",
             "keyUsage=critical,keyCertSign,cRLSign",
         ]);
-        ca.openssl(&[
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]);
         // clientAuth as well: cluster nodes present it to each other on a
         // TLS cluster bus, which always checks the peer.
-        fs::write(
-            ca.path("server.ext"),
+        ca.sign(
+            "server",
+            "/CN=localhost",
             "subjectAltName=IP:127.0.0.1,DNS:localhost\n\
-             basicConstraints=critical,CA:FALSE\n\
-             keyUsage=critical,digitalSignature\n\
              extendedKeyUsage=serverAuth,clientAuth\n",
-        )
-        .expect("cannot write server.ext");
-        ca.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-set_serial",
             "2",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-            "-out",
-            "server.crt",
-        ]);
-        ca.openssl(&[
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "client.key",
-            "-out",
-            "client.csr",
-            "-subj",
+        );
+        ca.sign(
+            "client",
             "/CN=lockmacro test client",
-        ]);
-        fs::write(
-            ca.path("client.ext"),
-            "basicConstraints=critical,CA:FALSE\n\
-             keyUsage=critical,digitalSignature\n\
-             extendedKeyUsage=clientAuth\n",
-        )
-        .expect("cannot write client.ext");
-        ca.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-set_serial",
+            "extendedKeyUsage=clientAuth\n",
             "3",
-            "-days",
-            "2",
-            "-extfile",
-            "client.ext",
-            "-out",
-            "client.crt",
-        ]);
+        );
         ca
     }
 
@@ -163,6 +95,60 @@ impl TestCa {
 
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// Makes `<name>.key` and `<name>.crt`: a new EC P-256 key, and a
+    /// certificate for `subject` signed by the CA with `extensions` (besides
+    /// those of every leaf certificate) and serial number `serial`.
+    #[track_caller]
+    fn sign(&self, name: &str, subject: &str, extensions: &str, serial: &str) {
+        let (key, csr, ext, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.ext"),
+            format!("{name}.crt"),
+        );
+        self.openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            subject,
+        ]);
+        fs::write(
+            self.path(&ext),
+            format!(
+                "basicConstraints=critical,CA:FALSE\n\
+                 keyUsage=critical,digitalSignature\n{extensions}"
+            ),
+        )
+        .unwrap_or_else(|error| panic!("cannot write {ext}: {error}"));
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            serial,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &crt,
+        ]);
     }
 
     #[track_caller]
