@@ -170,9 +170,10 @@ mod snapshots;
 /// (`&self`, `&mut self`, `self`), generics, lifetimes, `impl Trait`
 /// arguments and `where` clauses work as they are. The keys are computed
 /// before the body takes the arguments, then the body runs as a future while
-/// the lock is held:
+/// the lock is held (a sketch; the snapshots in `lockmacro/tests/expand` pin
+/// the real expansion):
 ///
-/// ```ignore
+/// ```text
 /// async fn bill(u: &User) -> Result<Receipt, BillingError> {
 ///     let keys = vec![format!("user:{}", u.id)];
 ///     let locker = ::lockmacro_runtime::__private::global();
