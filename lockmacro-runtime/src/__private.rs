@@ -27,6 +27,7 @@ pub struct Plan {
     fence: Fence,
     abort_on_lost: bool,
     hold_at_least: Option<Duration>,
+    max_hold: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -47,6 +48,7 @@ impl Plan {
             fence: Fence::Off,
             abort_on_lost: true,
             hold_at_least: None,
+            max_hold: None,
         }
     }
 
@@ -92,8 +94,17 @@ impl Plan {
         self
     }
 
+    /// `max_hold = …`
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
     fn options(&self) -> ObtainOptions {
         let mut opts = ObtainOptions::new();
+        if let Some(max_hold) = self.max_hold {
+            opts = opts.max_hold(max_hold);
+        }
         if let Some(wait) = self.wait {
             // The backoff only paces waiters the backend cannot wake (no
             // pub/sub, or a cluster); the others wait for the release.
@@ -184,29 +195,82 @@ where
         Err(err) => return on_failure(err),
     };
     let refresh = plan.refresh.unwrap_or(plan.ttl / 3);
-    let guard = lock.keep_alive_every(refresh);
+    let guard = match lock.keep_alive_every(refresh) {
+        Ok(guard) => guard,
+        Err(err) => return on_failure(err),
+    };
     let key = guard.key().to_owned();
     let body = crate::reentry::scope(&guard, body(guard.share()));
-    let outcome = {
-        let mut body = std::pin::pin!(CatchUnwind(body));
-        if plan.abort_on_lost {
-            tokio::select! {
-                biased;
-                outcome = &mut body => Some(outcome),
-                () = guard.lost() => None,
-            }
-        } else {
-            Some(body.await)
+    let outcome = if plan.abort_on_lost {
+        supervise(&guard, body).await
+    } else {
+        let outcome = catch_unwind(body).await;
+        if guard.is_lost() {
+            tracing::warn!(target: "lockmacro", key = %key, "lease was lost while the body ran on (on_lost = \"continue\")");
         }
+        Some(outcome)
     };
-    if !plan.abort_on_lost && guard.is_lost() {
-        tracing::warn!(target: "lockmacro", key = %key, "lease was lost while the body ran on (on_lost = \"continue\")");
-    }
+    let Some(outcome) = outcome else {
+        // Reported on the local deadline, whatever the server does: dropping
+        // the guard releases in the background.
+        drop(guard);
+        return on_failure(LockError::Lost { key });
+    };
     finish(guard, plan.hold_at_least).await;
     match outcome {
-        Some(Ok(value)) => value,
-        Some(Err(panic)) => std::panic::resume_unwind(panic),
-        None => on_failure(LockError::Lost { key }),
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// Polls `body` while the lease holds; `None` once it is lost.
+///
+/// The clock is read before every poll of the body and once more when it
+/// finishes: after the process was paused (or the runtime stalled), the
+/// body's timers and the deadline's fire together, and the body must not be
+/// polled first, nor its value handed back as if the lease had held.
+async fn supervise<F: Future>(
+    guard: &LockGuard,
+    body: F,
+) -> Option<std::thread::Result<F::Output>> {
+    let lease = guard.lease();
+    let mut body = std::pin::pin!(body);
+    let mut lost = std::pin::pin!(guard.lost());
+    std::future::poll_fn(|cx| {
+        if lease.is_lost() {
+            lease.mark_lost();
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(outcome) = poll_catching(body.as_mut(), cx) {
+            if outcome.is_ok() && lease.is_lost() {
+                lease.mark_lost();
+                return Poll::Ready(None);
+            }
+            return Poll::Ready(Some(outcome));
+        }
+        match lost.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Runs `body`, catching a panic so that the lock is released before the
+/// panic goes on.
+async fn catch_unwind<F: Future>(body: F) -> std::thread::Result<F::Output> {
+    let mut body = std::pin::pin!(body);
+    std::future::poll_fn(|cx| poll_catching(body.as_mut(), cx)).await
+}
+
+fn poll_catching<F: Future>(
+    body: Pin<&mut F>,
+    cx: &mut Context<'_>,
+) -> Poll<std::thread::Result<F::Output>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| body.poll(cx))) {
+        Ok(Poll::Pending) => Poll::Pending,
+        Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+        Err(panic) => Poll::Ready(Err(panic)),
     }
 }
 
@@ -225,25 +289,6 @@ async fn finish(guard: LockGuard, hold_at_least: Option<Duration>) {
     };
     if let Err(err) = result {
         tracing::debug!(target: "lockmacro", error = %err, "release after the body");
-    }
-}
-
-/// Catches a panic of the body, so that the lock is released before the
-/// panic goes on.
-struct CatchUnwind<F>(F);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = std::thread::Result<F::Output>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: the inner future is structurally pinned: it is never moved
-        // out of `self`, and `CatchUnwind` has no `Drop` or `Unpin` impl.
-        let inner = unsafe { self.map_unchecked_mut(|this| &mut this.0) };
-        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
     }
 }
 

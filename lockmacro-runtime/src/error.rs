@@ -55,8 +55,9 @@ pub enum LockError {
         reason: String,
     },
 
-    /// A duration is out of the range the backend can store.
-    #[error("invalid {what} {value:?} for lock `{key}`: must be between 1ms and {max:?}", max = crate::MAX_TTL)]
+    /// A duration is out of range: beyond what the backend can store, or
+    /// unusable with the others (a refresh period not shorter than the ttl).
+    #[error("invalid {what} {value:?} for lock `{key}`: {reason}")]
     InvalidDuration {
         /// The key the duration was meant for.
         key: String,
@@ -64,6 +65,8 @@ pub enum LockError {
         what: &'static str,
         /// The value given.
         value: Duration,
+        /// What the value must be instead.
+        reason: String,
     },
 
     /// A connection URL could not be parsed.

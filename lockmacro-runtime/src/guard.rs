@@ -57,14 +57,51 @@ impl Lock {
     /// tokio runtime.
     pub fn keep_alive(self) -> LockGuard {
         let period = self.lease.timing().ttl / 3;
-        self.keep_alive_every(period)
+        self.watch(period)
     }
 
-    /// Like [`keep_alive`](Self::keep_alive), refreshing every `period`
-    /// (at least 1 ms). A period not shorter than the ttl lets the lease lapse
-    /// between refreshes.
-    pub fn keep_alive_every(self, period: Duration) -> LockGuard {
-        let period = period.max(Duration::from_millis(1));
+    /// Like [`keep_alive`](Self::keep_alive), refreshing every `period`.
+    ///
+    /// The period must be above zero and shorter than the ttl less the
+    /// backend's [drift margin](crate::Backend::drift), or the lease would
+    /// lapse between two refreshes: other periods are refused with
+    /// [`LockError::InvalidDuration`], and the lock is then released in the
+    /// background.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let ttl = Duration::from_secs(3);
+    /// let lock = locker.obtain("report", ttl, ObtainOptions::default()).await?;
+    /// let guard = lock.keep_alive_every(Duration::from_secs(1))?;
+    /// guard.release().await?;
+    ///
+    /// let lock = locker.obtain("report", ttl, ObtainOptions::default()).await?;
+    /// assert!(lock.keep_alive_every(ttl).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_alive_every(self, period: Duration) -> Result<LockGuard, LockError> {
+        let ttl = self.lease.timing().ttl;
+        let usable = ttl.saturating_sub(self.lease.locker.backend().drift(ttl));
+        if period.is_zero() || period >= usable {
+            return Err(LockError::InvalidDuration {
+                key: self.key().to_owned(),
+                what: "refresh period",
+                value: period,
+                reason: format!(
+                    "must be above zero and shorter than {usable:?} (the ttl of {ttl:?} less \
+                     its drift margin), or the lease lapses between refreshes; a third of the \
+                     ttl is the default"
+                ),
+            });
+        }
+        Ok(self.watch(period))
+    }
+
+    fn watch(self, period: Duration) -> LockGuard {
         let id = self
             .lease
             .locker

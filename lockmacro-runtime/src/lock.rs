@@ -50,6 +50,9 @@ pub(crate) struct Lease {
     pub(crate) metadata: Box<str>,
     pub(crate) fence: Option<u64>,
     pub(crate) acquired_at: Instant,
+    /// `acquired_at + max_hold`: the deadline never moves past it, and the
+    /// watchdog stops renewing once it reaches it.
+    pub(crate) hold_until: Option<Instant>,
     pub(crate) timing: Mutex<Timing>,
     /// Set once the lease is known or presumed gone; never cleared.
     pub(crate) lost: AtomicBool,
@@ -61,9 +64,28 @@ pub(crate) struct Lease {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timing {
     pub(crate) ttl: Duration,
-    /// When the lease ends if no refresh is confirmed: the moment the last
-    /// successful acquire or refresh was *sent*, plus its ttl.
+    /// When the last confirmed acquire or refresh was sent.
+    pub(crate) sent: Instant,
+    /// When the lease ends if no refresh is confirmed: `sent` plus the ttl,
+    /// less the backend's drift margin, and never past `Lease::hold_until`.
     pub(crate) deadline: Instant,
+}
+
+impl Timing {
+    /// The timing of a lease of `ttl` confirmed by a request sent at `sent`.
+    pub(crate) fn new(
+        ttl: Duration,
+        sent: Instant,
+        drift: Duration,
+        hold_until: Option<Instant>,
+    ) -> Self {
+        let deadline = sent + ttl.saturating_sub(drift);
+        Timing {
+            ttl,
+            sent,
+            deadline: hold_until.map_or(deadline, |limit| deadline.min(limit)),
+        }
+    }
 }
 
 impl Lease {
@@ -87,11 +109,16 @@ impl Lease {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(crate) fn set_timing(&self, timing: Timing) {
-        *self
-            .timing
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = timing;
+    /// True while the watchdog should keep renewing: the deadline has not
+    /// reached the `max_hold` limit yet.
+    pub(crate) fn renewable(&self) -> bool {
+        self.hold_until
+            .is_none_or(|limit| self.timing().deadline < limit)
+    }
+
+    /// True once the lease was declared lost (not merely past its deadline).
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -106,7 +133,9 @@ impl Lease {
     }
 
     /// Refreshes the lease to `ttl`; on success moves the local deadline to
-    /// `sent + ttl`, on refusal marks the lease lost.
+    /// `sent + ttl`, on refusal marks the lease lost. A confirmation that
+    /// comes after the deadline is [`LockError::Lost`]: the lease was lost
+    /// at the deadline and stays so.
     pub(crate) async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         crate::locker::check_duration(self.key(), "ttl", ttl)?;
         let sent = Instant::now();
@@ -117,6 +146,11 @@ impl Lease {
             .await?;
         if refreshed {
             self.refreshed(ttl, sent);
+            if self.lost.load(Ordering::Acquire) {
+                return Err(LockError::Lost {
+                    key: self.key().to_owned(),
+                });
+            }
             Ok(())
         } else {
             self.mark_lost();
@@ -127,13 +161,27 @@ impl Lease {
     }
 
     /// Records a refresh to `ttl`, sent at `sent`, that the backend confirmed.
+    ///
+    /// A confirmation that arrives once the deadline has passed cannot revive
+    /// the lease: it was lost at the deadline, and the code it protected may
+    /// already have been stopped or overtaken. One for an older request than
+    /// the last confirmed (several can be in flight) changes nothing: the
+    /// server's expiry follows the latest.
     pub(crate) fn refreshed(&self, ttl: Duration, sent: Instant) {
-        tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
         let drift = self.locker.backend().drift(ttl);
-        self.set_timing(Timing {
-            ttl,
-            deadline: sent + ttl.saturating_sub(drift),
-        });
+        let mut timing = self
+            .timing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.lost.load(Ordering::Acquire) || Instant::now() >= timing.deadline {
+            drop(timing);
+            self.mark_lost();
+            return;
+        }
+        if sent >= timing.sent {
+            tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
+            *timing = Timing::new(ttl, sent, drift, self.hold_until);
+        }
     }
 
     pub(crate) async fn release(&self) -> Result<(), LockError> {
@@ -206,10 +254,13 @@ impl Lock {
         self.lease.remaining().await
     }
 
-    /// Extends the lease to `ttl` from now.
+    /// Extends the lease to `ttl` from now (never past the `max_hold` limit,
+    /// when one was given: see [`ObtainOptions::max_hold`](crate::ObtainOptions::max_hold)).
     ///
     /// Returns [`LockError::NotHeld`] without touching the key when it is no
-    /// longer ours.
+    /// longer ours, and [`LockError::Lost`] when the backend's confirmation
+    /// came after the lease's [deadline](Self::deadline): a lease is not
+    /// trusted again once its deadline has passed.
     pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         self.lease.refresh(ttl).await
     }

@@ -67,6 +67,7 @@ pub(crate) fn check_duration(
             key: key.to_owned(),
             what,
             value,
+            reason: format!("must be between 1ms and {MAX_TTL:?}"),
         });
     }
     Ok(())
@@ -270,6 +271,21 @@ impl Locker {
             check_key(key)?;
         }
         check_duration(first, "ttl", ttl)?;
+        let drift = self.backend().drift(ttl);
+        if drift > ttl / 2 {
+            return Err(LockError::InvalidDuration {
+                key: first.clone(),
+                what: "ttl",
+                value: ttl,
+                reason: format!(
+                    "the lease is trusted for the ttl less a drift margin of {drift:?}, which \
+                     must be at most half the ttl; use a longer ttl"
+                ),
+            });
+        }
+        if let Some(hold) = opts.max_hold {
+            check_duration(first, "max_hold", hold)?;
+        }
         let span = tracing::debug_span!(target: "lockmacro", "obtain", key = %keys.join(","), ?ttl);
         self.obtain_sorted(keys, ttl, opts).instrument(span).await
     }
@@ -302,30 +318,37 @@ impl Locker {
         let deadline = opts.retry.get_deadline().map(|wait| start + wait);
         let wakeups_only = opts.wakeups_only || opts.fair;
         let mut attempts = 0;
-        // Leaves the queue if this call ends without the lock, however it
-        // ends (gave up, failed, or its future was dropped).
-        let mut queued = opts.fair.then(|| Queued {
+        // Gives back whatever this call may own on the server, however it
+        // ends without a lock (gave up, failed, or its future was dropped).
+        let mut claim = Claim {
             locker: self.clone(),
             wire_keys: wire_keys.clone(),
             token: token.clone(),
             armed: false,
-        });
-        let lock = |fence: Option<u64>, acquired_at: Instant, deadline: Instant| Lock {
-            lease: Arc::new(Lease {
-                locker: self.clone(),
-                keys: keys.clone().into_boxed_slice(),
-                namespaced: (wire_keys != keys).then(|| wire_keys.clone().into_boxed_slice()),
-                token: token_bytes,
-                metadata: opts.metadata.as_str().into(),
-                fence,
-                acquired_at,
-                timing: Mutex::new(Timing { ttl, deadline }),
-                lost: AtomicBool::new(false),
-                lost_notify: Notify::new(),
-                done: AtomicBool::new(false),
-            }),
         };
         let drift = self.backend().drift(ttl);
+        // `sent`: when the request that confirmed the lease was sent, from
+        // which its local deadline counts.
+        let lock = |claim: &mut Claim, fence: Option<u64>, acquired_at: Instant, sent: Instant| {
+            claim.armed = false;
+            let hold_until = opts.max_hold.map(|hold| acquired_at + hold);
+            Lock {
+                lease: Arc::new(Lease {
+                    locker: self.clone(),
+                    keys: keys.clone().into_boxed_slice(),
+                    namespaced: (wire_keys != keys).then(|| wire_keys.clone().into_boxed_slice()),
+                    token: token_bytes,
+                    metadata: opts.metadata.as_str().into(),
+                    fence,
+                    acquired_at,
+                    hold_until,
+                    timing: Mutex::new(Timing::new(ttl, sent, drift, hold_until)),
+                    lost: AtomicBool::new(false),
+                    lost_notify: Notify::new(),
+                    done: AtomicBool::new(false),
+                }),
+            }
+        };
         // Listens for the release of the key last found busy (its index), so
         // that a wait ends when the holder releases rather than at the end of
         // the backoff.
@@ -351,25 +374,45 @@ impl Locker {
                 fence_key: fence_key.as_deref(),
                 queue_for,
             };
-            let (index, remaining) = match self.backend().acquire(request).await? {
-                Acquired::Obtained { fence } => {
-                    tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
-                    if let Some(queued) = &mut queued {
-                        queued.armed = false;
+            // From here until its reply is read, the attempt may hold the
+            // keys: a dropped or timed-out call must give them back.
+            claim.armed = true;
+            let acquired = match self.backend().acquire(request).await {
+                Ok(acquired) => acquired,
+                Err(err) => {
+                    // Refused before anything was sent: nothing to give back.
+                    if matches!(
+                        err,
+                        LockError::InvalidKey { .. } | LockError::InvalidDuration { .. }
+                    ) {
+                        claim.armed = false;
                     }
-                    return Ok(lock(fence, sent, sent + ttl.saturating_sub(drift)));
+                    return Err(err);
+                }
+            };
+            let (index, remaining) = match acquired {
+                Acquired::Obtained { fence }
+                    if Instant::now() < sent + ttl.saturating_sub(drift) =>
+                {
+                    tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
+                    return Ok(lock(&mut claim, fence, sent, sent));
+                }
+                Acquired::Obtained { .. } => {
+                    // The reply came after the lease it granted could be
+                    // trusted: someone else may hold the key by now.
+                    tracing::warn!(target: "lockmacro", attempts, "obtained, but the reply came after the lease's deadline; giving it back");
+                    claim.give_back().await;
+                    (0, None)
                 }
                 Acquired::Busy { index, remaining } => (index, remaining),
             };
-            if let Some(queued) = &mut queued {
-                queued.armed = queue_for.is_some_and(|wait| !wait.is_zero());
-            }
+            claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
             let busy = || LockError::NotObtained {
                 key: keys.get(index).unwrap_or(&keys[0]).clone(),
             };
             let Some(mut delay) = opts.retry.delay_after(attempts) else {
                 tracing::debug!(target: "lockmacro", attempts, "busy");
-                leave(queued.take()).await;
+                claim.give_back().await;
                 return Err(busy());
             };
             // A waiter the backend can wake sends nothing until woken, the
@@ -389,7 +432,7 @@ impl Locker {
                 let now = Instant::now();
                 if now >= deadline {
                     tracing::debug!(target: "lockmacro", attempts, "busy until the deadline");
-                    leave(queued.take()).await;
+                    claim.give_back().await;
                     return Err(busy());
                 }
                 delay = delay.min(deadline - now);
@@ -414,22 +457,19 @@ impl Locker {
                     // busy), so the lease runs at least until `sent + ttl`.
                     let arrived = Instant::now();
                     let fence = fence_key.is_some().then_some(fence);
-                    let trusted = sent + ttl.saturating_sub(drift);
-                    if trusted > arrived + ttl / 2 {
+                    if sent + ttl.saturating_sub(drift) > arrived + ttl / 2 {
                         tracing::debug!(target: "lockmacro", fence, attempts, "handed over");
-                        if let Some(queued) = &mut queued {
-                            queued.armed = false;
-                        }
-                        return Ok(lock(fence, arrived, trusted));
+                        return Ok(lock(&mut claim, fence, arrived, sent));
                     }
                     // Waited long: confirm, and count the lease from now.
                     let confirm = Instant::now();
                     if self.backend().refresh(&wire_keys, &token, ttl).await? {
-                        tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirmed");
-                        if let Some(queued) = &mut queued {
-                            queued.armed = false;
+                        if Instant::now() < confirm + ttl.saturating_sub(drift) {
+                            tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirmed");
+                            return Ok(lock(&mut claim, fence, arrived, confirm));
                         }
-                        return Ok(lock(fence, arrived, confirm + ttl.saturating_sub(drift)));
+                        // Confirmed too late to be trusted: give it back.
+                        claim.give_back().await;
                     }
                     // The lease ran out before this waiter could use it: stand
                     // in line again.
@@ -479,39 +519,50 @@ impl Locker {
             None if opts.retry.is_none() => Ok(()),
             None => Err(LockError::InvalidDuration {
                 key: keys[0].clone(),
-                what: "fair wait (the retry deadline, which a fair obtain needs)",
+                what: "fair wait",
                 value: Duration::ZERO,
+                reason: "a fair obtain that waits needs a deadline on its retry strategy \
+                         (`RetryStrategy::deadline`): its place in the queue lapses then"
+                    .into(),
             }),
         }
     }
 }
 
-/// A fair waiter's place in a queue, left when dropped while armed.
-struct Queued {
+/// What an obtain may own on the server before it hands back a [`Lock`]: an
+/// attempt whose reply was not read (its future dropped, or timed out), a
+/// grant that came too late to be used, or a fair waiter's place in a queue.
+/// Given back while armed, by a release with the call's token: that deletes
+/// only keys holding the token, and removes the token's queue entry (handing
+/// the key on should it have been handed to this call meanwhile).
+struct Claim {
     locker: Locker,
     wire_keys: Vec<String>,
     token: String,
     armed: bool,
 }
 
-/// Leaves the queue now (the release script drops the caller's own entry, and
-/// hands the key on should it have been handed to this waiter meanwhile).
-async fn leave(queued: Option<Queued>) {
-    let Some(mut queued) = queued else { return };
-    if std::mem::take(&mut queued.armed) {
-        let wire_keys = std::mem::take(&mut queued.wire_keys);
-        let token = std::mem::take(&mut queued.token);
-        leave_queue(queued.locker.clone(), wire_keys, token).await;
+impl Claim {
+    /// Gives back now, if armed.
+    async fn give_back(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            release_claim(
+                self.locker.clone(),
+                self.wire_keys.clone(),
+                self.token.clone(),
+            )
+            .await;
+        }
     }
 }
 
-async fn leave_queue(locker: Locker, wire_keys: Vec<String>, token: String) {
+async fn release_claim(locker: Locker, wire_keys: Vec<String>, token: String) {
     if let Err(error) = locker.backend().release(&wire_keys, &token).await {
-        tracing::debug!(target: "lockmacro", %error, "could not leave the queue; the place lapses at the deadline");
+        tracing::debug!(target: "lockmacro", %error, "could not give back an unfinished obtain; what it took lapses at its ttl");
     }
 }
 
-impl Drop for Queued {
+impl Drop for Claim {
     fn drop(&mut self) {
         if !std::mem::take(&mut self.armed) {
             return;
@@ -519,7 +570,7 @@ impl Drop for Queued {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let wire_keys = std::mem::take(&mut self.wire_keys);
             let token = std::mem::take(&mut self.token);
-            runtime.spawn(leave_queue(self.locker.clone(), wire_keys, token));
+            runtime.spawn(release_claim(self.locker.clone(), wire_keys, token));
         }
     }
 }

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use crate::RetryStrategy;
 
 /// Options for [`Locker::obtain`](crate::Locker::obtain) and
@@ -26,6 +28,7 @@ pub struct ObtainOptions {
     /// holder's lease, or the deadline) instead of the backoff: set by the
     /// attribute's `wait`, and implied by `fair`.
     pub(crate) wakeups_only: bool,
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// Whether a fencing token is minted with the lock, and where its counter lives.
@@ -112,6 +115,29 @@ impl ObtainOptions {
     /// ```
     pub fn fair(mut self) -> Self {
         self.fair = true;
+        self
+    }
+
+    /// Bounds how long the lock can be held: once `max_hold` has passed
+    /// since it was taken, its local deadline stops moving, the watchdog
+    /// stops renewing it, and it is lost at that moment like any other lease
+    /// (the attribute drops the body under `on_lost = "abort"`). A stuck
+    /// holder then cannot keep a key forever. Hand refreshes cannot move the
+    /// deadline past it either.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let opts = ObtainOptions::new().max_hold(Duration::from_millis(200));
+    /// let guard = locker.obtain("migrations", Duration::from_secs(30), opts).await?.keep_alive();
+    /// guard.lost().await; // after 200 ms, not 30 s
+    /// # Ok(()) }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 }

@@ -4,10 +4,16 @@
 //! is released or dropped and is started again by the next registration.
 //!
 //! Leases wait in one queue ordered by when the task must look at them next:
-//! their next refresh, or their local deadline while a refresh is in flight.
+//! their next refresh, or their local deadline if that comes first.
 //! A wake-up takes only what is due, so its cost grows with the number of due
 //! leases (each O(log n)), not with the number watched. The refreshes due
 //! together go to the backend together ([`Backend::refresh_many`]).
+//!
+//! Refreshes are timed from when the previous one was *sent*, not from its
+//! reply, and a refresh still in flight does not hold back the next: a lease
+//! whose ttl is `t`, refreshed every `t / 3`, survives round trips of up to
+//! about `2t / 3` (each confirmed refresh moves the deadline to its send time
+//! plus the ttl, and the next one is sent a period later).
 //!
 //! [`Backend::refresh_many`]: crate::Backend::refresh_many
 
@@ -46,8 +52,9 @@ pub(crate) struct Watchdog {
 /// `Instant`, which matters at 100,000 leases.
 type Tick = u64;
 
-/// `Watched::due` while a refresh is in flight.
-const IN_FLIGHT: Tick = Tick::MAX;
+/// A moment that never comes: `Watched::due` once the lease is no longer
+/// renewed (its `max_hold` is reached).
+const NEVER: Tick = Tick::MAX;
 
 #[derive(Debug)]
 struct State {
@@ -64,16 +71,10 @@ struct Watched {
     lease: Arc<Lease>,
     /// Nanoseconds between refreshes.
     period: Tick,
-    /// When the next refresh is due, or [`IN_FLIGHT`].
+    /// When the next refresh is due, or [`NEVER`].
     due: Tick,
     /// Its key in `State::queue`.
     queued: Tick,
-}
-
-impl Watched {
-    fn in_flight(&self) -> bool {
-        self.due == IN_FLIGHT
-    }
 }
 
 impl Default for State {
@@ -88,9 +89,9 @@ impl Default for State {
     }
 }
 
-/// `duration` in nanoseconds; saturates below [`IN_FLIGHT`].
+/// `duration` in nanoseconds; saturates below [`NEVER`].
 fn nanos(duration: Duration) -> Tick {
-    Tick::try_from(duration.as_nanos()).map_or(IN_FLIGHT - 1, |n| n.min(IN_FLIGHT - 1))
+    Tick::try_from(duration.as_nanos()).map_or(NEVER - 1, |n| n.min(NEVER - 1))
 }
 
 /// What became of one lease's refresh.
@@ -141,14 +142,16 @@ impl Watchdog {
     /// Starts refreshing `lease` every `period`; returns the id to
     /// [`unwatch`](Self::unwatch) it with.
     pub(crate) fn watch(self: &Arc<Self>, lease: Arc<Lease>, period: Duration) -> u64 {
-        let deadline = lease.timing().deadline;
+        let timing = lease.timing();
         let mut state = self.state();
         let period = nanos(period);
+        // Counted from when the acquire was sent: a slow acquire reply has
+        // used part of the first period already.
         let due = state
-            .tick(Instant::now())
+            .tick(timing.sent)
             .saturating_add(period)
-            .min(IN_FLIGHT - 1);
-        let queued = due.min(state.tick(deadline));
+            .min(NEVER - 1);
+        let queued = due.min(state.tick(timing.deadline));
         let id = state.next_id;
         state.next_id += 1;
         // The task sleeps until the first key of the queue: it only needs
@@ -240,16 +243,21 @@ fn start_due(state: &mut State, in_flight: &mut JoinSet<Vec<(u64, Outcome)>>) ->
             state.leases.remove(&id);
             continue;
         }
-        if !watched.in_flight() && watched.due <= now + (watched.period / 8).min(coalesce) {
-            watched.due = IN_FLIGHT;
-            batch.push((id, watched.lease.clone()));
-            if batch.len() == BATCH {
-                in_flight.spawn(refresh(std::mem::take(&mut batch)));
+        if watched.due <= now + (watched.period / 8).min(coalesce) {
+            if watched.lease.renewable() {
+                watched.due = now.saturating_add(watched.period).min(NEVER - 1);
+                batch.push((id, watched.lease.clone()));
+                if batch.len() == BATCH {
+                    in_flight.spawn(refresh(std::mem::take(&mut batch)));
+                }
+            } else {
+                // `max_hold` reached: the lease runs out at its deadline.
+                watched.due = NEVER;
             }
         }
-        // Looked at again by its deadline (which a refresh moves later), and
-        // by its next refresh when none is in flight. Never before `now`:
-        // the deadline has not passed, and a due refresh was just sent.
+        // Looked at again by its next refresh, or by its deadline if that
+        // comes first (a refresh in flight may move it later). Never before
+        // `now`: the deadline has not passed, and a due refresh was just sent.
         watched.queued = watched.due.min(deadline);
         requeue.push((watched.queued, id));
     }
@@ -315,7 +323,8 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
     outcomes
 }
 
-/// Schedules the next refresh of each lease of a finished batch.
+/// Requeues each lease of a finished batch by its new deadline, and retries
+/// a failed refresh sooner than its period.
 fn finish(state: &mut State, done: Vec<(u64, Outcome)>) {
     let now = state.tick(Instant::now());
     let floor = nanos(Duration::from_millis(5));
@@ -323,19 +332,17 @@ fn finish(state: &mut State, done: Vec<(u64, Outcome)>) {
         let Some(watched) = state.leases.get(&id) else {
             continue;
         };
-        if let Outcome::Refused = outcome {
+        if matches!(outcome, Outcome::Refused) || watched.lease.is_marked_lost() {
             state.forget(id);
             continue;
         }
         let deadline = state.tick(watched.lease.timing().deadline);
-        let due = match outcome {
+        let mut due = watched.due;
+        if let Outcome::Failed = outcome {
             // Try again sooner, while the lease may still be saved.
-            Outcome::Failed => {
-                let left = deadline.saturating_sub(now);
-                now + (left / 3).clamp(floor, watched.period.max(floor))
-            }
-            _ => now.saturating_add(watched.period).min(IN_FLIGHT - 1),
-        };
+            let left = deadline.saturating_sub(now);
+            due = due.min(now + (left / 3).clamp(floor, watched.period.max(floor)));
+        }
         if let Some(watched) = state.leases.get_mut(&id) {
             watched.due = due;
         }

@@ -25,6 +25,7 @@ mod kw {
     syn::custom_keyword!(guard);
     syn::custom_keyword!(locker);
     syn::custom_keyword!(hold_at_least);
+    syn::custom_keyword!(max_hold);
 }
 
 /// One argument as written.
@@ -51,6 +52,7 @@ pub(crate) struct Args {
     guard: Option<Arg<Expr>>,
     locker: Option<Arg<Expr>>,
     hold_at_least: Option<Arg<Expr>>,
+    max_hold: Option<Arg<Expr>>,
     krate: Option<Arg<Expr>>,
     /// Repeated and unknown arguments do not stop the parse, so that they
     /// are reported together with every other mistake.
@@ -70,6 +72,7 @@ pub(crate) struct Plan {
     pub(crate) guard: Option<Ident>,
     pub(crate) locker: Option<Expr>,
     pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
     pub(crate) krate: Path,
 }
 
@@ -128,6 +131,9 @@ impl Parse for Args {
                     arg,
                     &mut args.errors,
                 );
+            } else if lookahead.peek(kw::max_hold) {
+                let arg = value::<kw::max_hold, _>(input, position)?;
+                set_once(&mut args.max_hold, "max_hold", arg, &mut args.errors);
             } else if lookahead.peek(Token![crate]) {
                 let arg = value::<Token![crate], _>(input, position)?;
                 set_once(&mut args.krate, "crate", arg, &mut args.errors);
@@ -281,6 +287,13 @@ impl Args {
             None => Some(None),
         };
         let hold_at_least = optional_duration(&mut errors, "hold_at_least", self.hold_at_least);
+        let max_hold_span = self.max_hold.as_ref().map(|arg| arg.value.span());
+        let max_hold = optional_duration(&mut errors, "max_hold", self.max_hold);
+        if let (Some(span), Some(Some(max_hold)), Some(Some(hold_at_least))) =
+            (max_hold_span, &max_hold, &hold_at_least)
+        {
+            errors.check(check_max_hold(max_hold, hold_at_least, span));
+        }
 
         let fair = match self.fair {
             Some(arg) => {
@@ -332,6 +345,7 @@ impl Args {
             Some(wait),
             Some(refresh),
             Some(hold_at_least),
+            Some(max_hold),
             Some(fence),
             Some(guard),
             Some(krate),
@@ -343,6 +357,7 @@ impl Args {
             wait,
             refresh,
             hold_at_least,
+            max_hold,
             fence,
             guard,
             krate,
@@ -362,6 +377,7 @@ impl Args {
             guard,
             locker: self.locker.map(|arg| arg.value),
             hold_at_least,
+            max_hold,
             krate,
         })
     }
@@ -410,6 +426,20 @@ fn check_refresh(refresh: &Duration, ttl: &Duration, span: Span) -> syn::Result<
                 "`refresh` must be shorter than `ttl` ({}), or the lease can expire before it is renewed: write a shorter period, such as `refresh = \"{}\"`, or remove `refresh` to renew every third of `ttl`",
                 crate::duration::display(ttl.into()),
                 crate::duration::display((ttl / 3).max(1).into()),
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_max_hold(max_hold: &Duration, hold_at_least: &Duration, span: Span) -> syn::Result<()> {
+    match (max_hold.millis(), hold_at_least.millis()) {
+        (Some(max_hold), Some(hold)) if max_hold < hold => Err(Error::new(
+            span,
+            format!(
+                "`max_hold` cannot be shorter than `hold_at_least` ({}): the lease would be lost before the key may be let go; write `max_hold = \"{}\"` or longer, or remove one of them",
+                crate::duration::display(hold.into()),
+                crate::duration::display(hold.into()),
             ),
         )),
         _ => Ok(()),
@@ -586,11 +616,11 @@ mod tests {
     fn unknown_argument_lists_the_valid_ones() {
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", timeout = "5s")),
-            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `crate`"
+            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `crate`"
         );
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", type = "x")),
-            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `crate`"
+            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `crate`"
         );
     }
 
@@ -598,7 +628,7 @@ mod tests {
     fn not_an_argument() {
         assert_eq!(
             error(quote!("k")),
-            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `crate`"
+            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `crate`"
         );
         assert_eq!(error(quote!(key "k")), "expected `=`");
         assert_eq!(error(quote!(key = "k" ttl = "1s")), "expected `,`");
@@ -734,7 +764,7 @@ mod tests {
                 wait = 5
             )),
             [
-                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `crate`",
+                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `crate`",
                 "`nope` in key is not a parameter of `transfer`: use one of `self`, `from`, `to`",
                 "`ttl` cannot be zero: write a positive duration, as in `ttl = \"30s\"`",
                 "unknown `on_busy` value \"maybe\": write `on_busy = \"error\"` or `on_busy = \"skip\"`",

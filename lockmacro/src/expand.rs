@@ -155,6 +155,10 @@ fn prepare(plan: &Plan) -> TokenStream {
         let hold = hold.to_tokens(krate);
         builder.extend(quote!(.hold_at_least(#hold)));
     }
+    if let Some(max_hold) = &plan.max_hold {
+        let max_hold = max_hold.to_tokens(krate);
+        builder.extend(quote!(.max_hold(#max_hold)));
+    }
 
     quote! {
         let #keys_var = #krate::__private::vec![#(#keys),*];

@@ -159,6 +159,14 @@ mod snapshots;
 /// sooner: for a job scheduled on several nodes whose clocks differ, so that
 /// a node that starts late does not run it a second time.
 ///
+/// ## `max_hold = "10m"`
+///
+/// The longest the body may hold the lock: after that long the watchdog
+/// stops renewing it and the lease is lost like any other (under
+/// `on_lost = "abort"`, the body is dropped and the call returns
+/// `LockError::Lost`). A body stuck on a call that never returns then frees
+/// the key. No cap when not given; it cannot be shorter than `hold_at_least`.
+///
 /// ## `crate = "path"`
 ///
 /// Where the runtime crate is, for a crate that re-exports it:

@@ -69,6 +69,7 @@ attribute_suite!(
         outcomes::nested_call_on_a_held_key_reenters_and_other_tasks_still_contend,
         watchdog::body_longer_than_the_ttl_keeps_the_lock(flavor = "multi_thread", worker_threads = 2),
         watchdog::no_task_outlives_its_lock(flavor = "current_thread"),
+        watchdog::max_hold_aborts_a_body_that_runs_too_long,
     ],
     on_servers: [
         outcomes::backend_down_returns_a_backend_error_or_the_skipped_value,

@@ -204,3 +204,38 @@ pub async fn no_task_outlives_its_lock(fixture: &Fixture) {
         "the cancelled call's key was not released"
     );
 }
+
+pub async fn max_hold_aborts_a_body_that_runs_too_long(fixture: &Fixture) {
+    let locker = fixture.locker().await;
+    let contender = fixture.locker().await;
+
+    #[distributed_lock(key = "job", ttl = "300ms", max_hold = "1s", locker = locker)]
+    async fn job(locker: &Locker, dropped: Arc<AtomicBool>) -> Result<(), LockError> {
+        let _ = locker;
+        let _flag = DropFlag(dropped);
+        // Stuck: only `max_hold` can end it.
+        std::future::pending::<()>().await;
+        unreachable!("a pending future never completes")
+    }
+
+    let dropped = Arc::new(AtomicBool::new(false));
+    let err = tokio::time::timeout(Duration::from_secs(20), job(&locker, dropped.clone()))
+        .await
+        .expect("the body outlived max_hold by far")
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::Lost { key } if key == "job"),
+        "{err:?}"
+    );
+    assert!(dropped.load(Ordering::SeqCst), "the body was not dropped");
+    let waiting = ObtainOptions::new().retry(
+        lockmacro_runtime::RetryStrategy::linear(Duration::from_millis(10))
+            .deadline(Duration::from_secs(10)),
+    );
+    fixture.check(
+        contender
+            .obtain("job", Duration::from_secs(30), waiting)
+            .await,
+        "obtain after max_hold",
+    );
+}

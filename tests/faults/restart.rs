@@ -42,7 +42,8 @@ async fn restart_loses_the_lease_but_fence_tokens_keep_increasing() {
                 .await,
             "obtain",
         )
-        .keep_alive_every(REFRESH);
+        .keep_alive_every(REFRESH)
+        .unwrap();
     let held = guard.fence_token().unwrap();
     assert!(held > old);
     assert!(resource.expect_ok(store.set("job", "before", held).await, "write"));

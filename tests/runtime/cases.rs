@@ -469,3 +469,80 @@ pub async fn keep_alive_outlives_the_ttl_and_release_stops_it(fx: &Fixture) {
     fx.check(guard.release().await, "release");
     fx.check(b.obtain("job", LONG, once()).await, "obtain after release");
 }
+
+pub async fn keep_alive_period_must_fit_within_the_ttl(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let ttl = Duration::from_secs(3);
+    for period in [Duration::ZERO, ttl, Duration::from_secs(5)] {
+        let lock = fx.check(locker.obtain("job", ttl, once()).await, "obtain");
+        let err = lock.keep_alive_every(period).unwrap_err();
+        assert!(
+            matches!(&err, LockError::InvalidDuration { key, value, .. } if key == "job" && *value == period),
+            "{period:?}: {err:?}"
+        );
+        // The refused lock was given back: the next round can take the key.
+        let retry =
+            RetryStrategy::linear(Duration::from_millis(5)).deadline(Duration::from_secs(5));
+        fx.check(
+            locker.obtain("job", ttl, once().retry(retry)).await,
+            "obtain after the refused keep-alive",
+        )
+        .release()
+        .await
+        .unwrap();
+    }
+    let guard = fx
+        .check(locker.obtain("job", ttl, once()).await, "obtain")
+        .keep_alive_every(Duration::from_secs(1))
+        .unwrap();
+    fx.check(guard.release().await, "release");
+}
+
+pub async fn ttl_within_the_drift_margin_is_invalid(fx: &Fixture) {
+    let locker = fx.locker().await;
+    // The drift margin is ttl / 100 + 2 ms: a 1 ms or 3 ms lease would be
+    // lost (or nearly) the moment it is taken.
+    for ttl in [Duration::from_millis(1), Duration::from_millis(3)] {
+        let err = locker.obtain("job", ttl, once()).await.unwrap_err();
+        assert!(
+            matches!(&err, LockError::InvalidDuration { key, what: "ttl", .. } if key == "job"),
+            "{ttl:?}: {err:?}"
+        );
+    }
+    // Nothing was taken by the refused calls.
+    fx.check(locker.obtain("job", LONG, once()).await, "obtain")
+        .release()
+        .await
+        .unwrap();
+}
+
+pub async fn max_hold_stops_renewing_and_the_lease_is_lost(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let ttl = Duration::from_millis(600);
+    let max_hold = Duration::from_millis(1500);
+    let guard = fx
+        .check(
+            a.obtain("job", ttl, once().max_hold(max_hold)).await,
+            "obtain",
+        )
+        .keep_alive();
+    let taken = Instant::now();
+    assert!(guard.deadline() <= taken + ttl);
+    tokio::time::timeout(Duration::from_secs(20), guard.lost())
+        .await
+        .expect("the lease outlived max_hold by far");
+    let lost = Instant::now();
+    println!("lost {:?} after it was taken", lost - taken);
+    assert!(
+        lost >= taken + max_hold - ttl,
+        "the watchdog stopped renewing before max_hold"
+    );
+    assert!(guard.is_lost());
+    // Released (it is no longer renewed): someone else gets in within a ttl.
+    drop(guard);
+    let retry = RetryStrategy::linear(Duration::from_millis(10)).deadline(Duration::from_secs(10));
+    fx.check(
+        b.obtain("job", LONG, once().retry(retry)).await,
+        "obtain after max_hold",
+    );
+}

@@ -78,6 +78,9 @@ behaviour_suite!(
         zero_and_huge_ttls_are_invalid,
         dropped_lock_is_released_in_the_background,
         keep_alive_outlives_the_ttl_and_release_stops_it,
+        keep_alive_period_must_fit_within_the_ttl,
+        ttl_within_the_drift_margin_is_invalid,
+        max_hold_stops_renewing_and_the_lease_is_lost,
     ],
     several_slots: [
         explicit_fence_key_is_used_and_namespaced,

@@ -1006,6 +1006,8 @@ pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> Backen
     }
     let kind = match err.kind() {
         ErrorKind::AuthenticationFailed => BackendErrorKind::Authentication,
+        // A server that wants a password and got none refuses each command.
+        _ if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => BackendErrorKind::Authentication,
         ErrorKind::Server(ServerErrorKind::NoPerm) => BackendErrorKind::Permission,
         // A command called by a script is refused with a plain error.
         ErrorKind::Server(ServerErrorKind::ResponseError)

@@ -32,6 +32,7 @@ impl State {
         guard = lock,
         locker = self.locker,
         hold_at_least = "5m",
+        max_hold = "10m",
         crate = "::lockmacro_runtime",
     )]
     pub async fn every_literal(&self, from: u64, to: u64) -> Result<u64, LockError> {
@@ -44,6 +45,7 @@ impl State {
         wait = LEASE / 2,
         refresh = Duration::from_secs(5),
         hold_at_least = LEASE,
+        max_hold = LEASE * 10,
         locker = self.shared,
         fence = format!("{PREFIX}:fence"),
         on_lost = "continue",
