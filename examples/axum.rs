@@ -97,8 +97,20 @@ async fn post_request(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
     Ok((status, body.to_owned()))
 }
 
+/// Runs the example; a failure is printed as its message (`main` returning
+/// the error would print its `Debug` form).
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("Error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let serve_only = match std::env::args().nth(1).as_deref() {
         None => false,
         Some("--serve") => true,

@@ -205,8 +205,20 @@ fn usage(problem: &str) -> ! {
     std::process::exit(2);
 }
 
+/// Runs the example; a failure is printed as its message (`main` returning
+/// the error would print its `Debug` form).
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("Error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args();
     match std::env::var("REDIS_URL")
         .ok()
@@ -247,6 +259,10 @@ async fn with_processes(url: &str, args: &Args) -> Result<(), Box<dyn std::error
         "Running {} instances as separate processes against {url}.",
         args.instances
     );
+    // Nothing listening at `url` fails here at once, with the address; redis's
+    // own `ConnectionManager::new` below would retry for about ten seconds and
+    // not say where it tried.
+    Locker::connect(url).await?;
     let client = redis::Client::open(url)?;
     let ledger = Ledger::Redis(redis::aio::ConnectionManager::new(client).await?);
     if let Ledger::Redis(conn) = &ledger {

@@ -154,7 +154,19 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("cannot start a tokio runtime")
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Runs the example; a failure is printed as its message (`main` returning
+/// the error would print its `Debug` form).
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("Error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(arg) = std::env::args().nth(1) {
         eprintln!(
             "unknown argument `{arg}`\nusage: fencing   (REDIS_URL=redis://… to run against Redis)"

@@ -318,7 +318,19 @@ fn now_ms() -> u128 {
     since(0)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Runs the example; a failure is printed as its message (`main` returning
+/// the error would print its `Debug` form).
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("Error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args();
     let url = std::env::var("REDIS_URL")
         .ok()
@@ -400,10 +412,14 @@ fn with_threads(args: &Args) -> Result<Results, Box<dyn std::error::Error>> {
 fn with_processes(url: &str, args: &Args) -> Result<Results, Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Runtime::new()?;
     let db = runtime.block_on(async {
+        // Nothing listening at `url` fails here at once, with the address;
+        // redis's own `ConnectionManager::new` below would retry for about ten
+        // seconds and not say where it tried.
+        Locker::connect(url).await?;
         let mut conn = redis::aio::ConnectionManager::new(redis::Client::open(url)?).await?;
         // A fresh database for every run.
         let () = conn.del(&[APPLIED_KEY, DONE_KEY]).await?;
-        Ok::<_, redis::RedisError>(Db::Redis(conn))
+        Ok::<_, Box<dyn std::error::Error>>(Db::Redis(conn))
     })?;
     let exe = std::env::current_exe()?;
     let epoch_ms = now_ms();

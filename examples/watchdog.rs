@@ -148,8 +148,20 @@ async fn export(
     Ok(())
 }
 
+/// Runs the example; a failure is printed as its message (`main` returning
+/// the error would print its `Debug` form).
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("Error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(arg) = std::env::args().nth(1) {
         eprintln!(
             "unknown argument `{arg}`\nusage: watchdog   (REDIS_URL=redis://… to run against Redis)"

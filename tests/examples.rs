@@ -81,6 +81,22 @@ fn billing_as_processes_on_redis_charges_everyone_once() {
     assert_eq!(audit, 40, "the audit log in Redis disagrees with the table");
 }
 
+#[test]
+fn billing_with_nothing_listening_at_redis_url_names_the_address() {
+    // Bound, then closed: connecting to it is refused.
+    let address = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut command = example("billing");
+    command.env("REDIS_URL", format!("redis://{address}/"));
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains(&address.to_string()), "{stderr}");
+    assert!(stderr.contains("refused"), "{stderr}");
+}
+
 /// The rest of the summary line that starts with `name`.
 fn text<'a>(output: &'a str, name: &str) -> &'a str {
     output

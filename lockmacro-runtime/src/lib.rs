@@ -291,7 +291,11 @@
 //! Spans and events go to [`tracing`] under the target `lockmacro`: obtain
 //! (span), busy, retry, refresh, release and lost, with the key as a field.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod backend;
+#[cfg(doctest)]
+mod doc_examples;
 mod error;
 mod fenced;
 mod global;

@@ -5,6 +5,8 @@
 //! The attribute, each of its arguments and what it expands to are
 //! documented on [`distributed_lock`].
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod args;
 mod duration;
 mod errors;
@@ -17,7 +19,7 @@ mod snapshots;
 
 /// Runs an `async fn` only while it holds a distributed lock.
 ///
-/// ```
+/// ```text
 /// use lockmacro_runtime::{LockError, Locker, distributed_lock, set_global};
 ///
 /// pub struct User {
@@ -31,13 +33,17 @@ mod snapshots;
 ///     Ok(u.id * 100)
 /// }
 ///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), LockError> {
-/// set_global(Locker::memory()); // or Locker::connect("redis://…").await?
-/// assert_eq!(bill(&User { id: 7 }).await?, 700);
-/// # Ok(())
-/// # }
+/// #[tokio::main]
+/// async fn main() -> Result<(), LockError> {
+///     set_global(Locker::memory()); // or Locker::connect("redis://…").await?
+///     assert_eq!(bill(&User { id: 7 }).await?, 700);
+///     Ok(())
+/// }
 /// ```
+///
+/// (The examples on this page are plain text because this crate cannot
+/// depend on `lockmacro-runtime`, which depends on it. `lockmacro-runtime`
+/// runs each of them as a test.)
 ///
 /// The body never runs unless the lock is held. When it cannot be held (the
 /// key is busy, the backend fails, no locker is configured), the function
@@ -139,8 +145,7 @@ mod snapshots;
 /// Binds `name: &LockGuard` in the body: the key, the token, the fencing
 /// token, the lease's deadline, `is_lost()`.
 ///
-/// ```
-/// # use lockmacro_runtime::{LockError, distributed_lock};
+/// ```text
 /// #[distributed_lock(key = "invoice:{id}", ttl = "30s", fence, guard = lock)]
 /// async fn send_invoice(id: u64) -> Result<Option<u64>, LockError> {
 ///     Ok(lock.fence_token())
@@ -207,27 +212,36 @@ mod snapshots;
 ///
 /// # Mistakes are compile errors
 ///
-/// ```compile_fail
-/// # use lockmacro_runtime::{LockError, distributed_lock};
+/// ```text
 /// #[distributed_lock(key = "user:{id}", ttl = "30 parsecs")]
 /// async fn bill(id: u64) -> Result<u64, LockError> {
 ///     Ok(id)
 /// }
 /// ```
 ///
-/// ```compile_fail
-/// # use lockmacro_runtime::distributed_lock;
-/// #[distributed_lock(key = "user:{user.id}", ttl = "30s")]
-/// async fn bill(id: u64) {}
+/// ```text
+/// error: unknown unit `parsecs` in `ttl = "30 parsecs"`: use `ms`, `s`, `m`, `h` or `d`, as in `"30s"` or `"1m30s"`
 /// ```
 ///
-/// ```compile_fail,E0277
-/// # use lockmacro_runtime::distributed_lock;
+/// ```text
+/// #[distributed_lock(key = "user:{user.id}", ttl = "30s")]
+/// async fn bill(u: &User) {}
+/// ```
+///
+/// ```text
+/// error: `user` in key is not a parameter of `bill`: use `u`
+/// ```
+///
+/// ```text
 /// // `skip` has no value to return for `u64`.
 /// #[distributed_lock(key = "user:{id}", ttl = "30s", on_busy = "skip")]
 /// async fn bill(id: u64) -> u64 {
 ///     id
 /// }
+/// ```
+///
+/// ```text
+/// error[E0277]: `#[distributed_lock(on_busy = "skip")]` cannot make a skipped value of type `u64`
 /// ```
 #[proc_macro_attribute]
 pub fn distributed_lock(

@@ -214,6 +214,41 @@ async fn refused_connection_is_a_backend_error_in_bounded_time() {
     );
 }
 
+/// A port on which nothing listens: bound, then closed, so connecting to it
+/// is refused.
+fn closed_port_url() -> String {
+    format!("redis://127.0.0.1:{}/", free_port())
+}
+
+#[tokio::test]
+async fn refused_connection_names_the_address_it_could_not_reach() {
+    let url = closed_port_url();
+    let address = url.trim_start_matches("redis://").trim_end_matches('/');
+    let single = Locker::connect(&url).await.map(drop);
+    let cluster = Locker::cluster([&url]).await.map(drop);
+    let others = [closed_port_url(), closed_port_url()];
+    let redlock = Locker::redlock([url.as_str(), &others[0], &others[1]])
+        .await
+        .map(drop);
+    for (backend, result) in [
+        ("redis", single),
+        ("cluster", cluster),
+        ("redlock", redlock),
+    ] {
+        let err = result.expect_err(backend);
+        let LockError::Backend(error) = &err else {
+            panic!("{backend}: expected a backend error, got {err:?}")
+        };
+        assert_eq!(
+            error.kind(),
+            BackendErrorKind::Unreachable,
+            "{backend}: {err}"
+        );
+        assert!(err.to_string().contains(address), "{backend}: {err}");
+        assert!(err.to_string().contains("refused"), "{backend}: {err}");
+    }
+}
+
 #[tokio::test]
 async fn silent_server_times_out_in_bounded_time() {
     // Accepts connections and never answers, like a black-holed host.
