@@ -317,3 +317,32 @@ async fn hold_and_write(url: &str) {
     };
     println!("result: {result}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_survives_round_trips_of_nearly_half_its_ttl() {
+    let server = RedisServer::start();
+    let proxy = Proxy::in_front_of(&server);
+    let locker = locker_with(&server, &proxy.url(), Duration::from_secs(5)).await;
+    let ttl = Duration::from_secs(2);
+    // 900 ms round trips: more than the third of the ttl between two
+    // refreshes, so that each refresh is sent before the previous one's
+    // reply is back.
+    proxy.latency(Duration::from_millis(450));
+    let lock = server.expect_ok(
+        locker.obtain("job", ttl, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let token = lock.token().to_owned();
+    let guard = lock.keep_alive();
+    let lost = tokio::time::timeout(ttl * 4, guard.lost()).await;
+    assert!(lost.is_err(), "the lease was lost under 900 ms round trips");
+    let value: Option<String> = server.cmd(&["GET", "job"]);
+    assert!(
+        value
+            .as_deref()
+            .is_some_and(|value| value.starts_with(&token)),
+        "the key is no longer ours: {value:?}"
+    );
+    proxy.heal();
+    server.expect_ok(guard.release().await, "release");
+}

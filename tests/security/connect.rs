@@ -60,6 +60,30 @@ async fn unknown_acl_user_or_wrong_password_is_an_authentication_failure() {
     }
 }
 
+#[tokio::test]
+async fn missing_password_is_an_authentication_failure() {
+    let server = RedisServer::start_with(&["--requirepass", "right"]);
+    let url = format!("redis://127.0.0.1:{}/", server.port());
+    // Refused at connect, or at the first command (the server answers
+    // NOAUTH to each): either way, an authentication failure.
+    let err = match lockmacro_runtime::Locker::connect(&url).await {
+        Err(err) => err,
+        Ok(locker) => locker
+            .obtain(
+                "job",
+                Duration::from_secs(5),
+                lockmacro_runtime::ObtainOptions::new(),
+            )
+            .await
+            .unwrap_err(),
+    };
+    let LockError::Backend(backend) = &err else {
+        panic!("expected a backend error, got {err:?}")
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Authentication, "{err}");
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_failure_is_told_apart() {
     let plain = RedisServer::start_with(&["--requirepass", "right"]);
