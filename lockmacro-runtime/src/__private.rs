@@ -3,127 +3,14 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::{LockError, LockGuard, Locker};
 
-use crate::{LockError, LockGuard, Locker, ObtainOptions, RetryStrategy};
-
+pub use crate::hold::{HoldOptions, OnLost};
 pub use ::core::time::Duration as __Duration;
 pub use ::std::format;
 pub use ::std::string::String;
 pub use ::std::vec;
-
-/// What the attribute's arguments asked for, with no spans left.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    ttl: Duration,
-    refresh: Option<Duration>,
-    wait: Option<Duration>,
-    fair: bool,
-    fence: Fence,
-    abort_on_lost: bool,
-    hold_at_least: Option<Duration>,
-    max_hold: Option<Duration>,
-}
-
-#[derive(Debug, Clone)]
-enum Fence {
-    Off,
-    Derived,
-    Key(String),
-}
-
-impl Plan {
-    /// `ttl = …`
-    pub fn new(ttl: Duration) -> Self {
-        Plan {
-            ttl,
-            refresh: None,
-            wait: None,
-            fair: false,
-            fence: Fence::Off,
-            abort_on_lost: true,
-            hold_at_least: None,
-            max_hold: None,
-        }
-    }
-
-    /// `refresh = …`
-    pub fn refresh(mut self, period: Duration) -> Self {
-        self.refresh = Some(period);
-        self
-    }
-
-    /// `wait = …`
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
-
-    /// `fair = true`
-    pub fn fair(mut self) -> Self {
-        self.fair = true;
-        self
-    }
-
-    /// `fence`
-    pub fn fence(mut self) -> Self {
-        self.fence = Fence::Derived;
-        self
-    }
-
-    /// `fence = "key"`
-    pub fn fence_key(mut self, key: impl Display) -> Self {
-        self.fence = Fence::Key(key.to_string());
-        self
-    }
-
-    /// `on_lost = "continue"`
-    pub fn on_lost_continue(mut self) -> Self {
-        self.abort_on_lost = false;
-        self
-    }
-
-    /// `hold_at_least = …`
-    pub fn hold_at_least(mut self, hold: Duration) -> Self {
-        self.hold_at_least = Some(hold);
-        self
-    }
-
-    /// `max_hold = …`
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = Some(max_hold);
-        self
-    }
-
-    fn options(&self) -> ObtainOptions {
-        let mut opts = ObtainOptions::new();
-        if let Some(max_hold) = self.max_hold {
-            opts = opts.max_hold(max_hold);
-        }
-        if let Some(wait) = self.wait {
-            // The backoff only paces waiters the backend cannot wake (no
-            // pub/sub, or a cluster); the others wait for the release.
-            opts = opts.retry(
-                RetryStrategy::exponential(Duration::from_millis(2), Duration::from_millis(200))
-                    .deadline(wait),
-            );
-            opts.wakeups_only = true;
-        }
-        if self.fair {
-            opts = opts.fair();
-        }
-        match &self.fence {
-            Fence::Off => opts,
-            Fence::Derived => opts.fence(),
-            Fence::Key(key) => opts.fence_key(key.clone()),
-        }
-    }
-}
 
 /// The global locker, or [`LockError::NotConfigured`].
 pub fn global() -> Result<Locker, LockError> {
@@ -169,12 +56,12 @@ pub fn key<D: Display + ?Sized>(key: &D) -> String {
     key.to_string()
 }
 
-/// Runs `body` while holding `keys`, as the attribute's arguments say;
-/// `on_failure` turns a failure into the function's return value.
+/// Runs `body` while holding `keys` ([`Locker::hold`]); `on_failure` turns
+/// a failure into the function's return value.
 pub async fn run<R, F, Fut>(
     locker: Result<Locker, LockError>,
     keys: Vec<String>,
-    plan: Plan,
+    options: HoldOptions,
     on_failure: fn(LockError) -> R,
     body: F,
 ) -> R
@@ -182,114 +69,11 @@ where
     F: FnOnce(LockGuard) -> Fut,
     Fut: Future<Output = R>,
 {
-    let locker = match locker {
-        Ok(locker) => locker,
-        Err(err) => return on_failure(err),
+    let held = match locker {
+        Ok(locker) => locker.hold(keys, options, body).await,
+        Err(err) => Err(err),
     };
-    if let Some(guard) = crate::reentry::held(&locker, &keys) {
-        tracing::trace!(target: "lockmacro", key = %guard.key(), "re-entered");
-        return body(guard).await;
-    }
-    let lock = match locker.obtain_many(&keys, plan.ttl, plan.options()).await {
-        Ok(lock) => lock,
-        Err(err) => return on_failure(err),
-    };
-    let refresh = plan.refresh.unwrap_or(plan.ttl / 3);
-    let guard = match lock.keep_alive_every(refresh) {
-        Ok(guard) => guard,
-        Err(err) => return on_failure(err),
-    };
-    let key = guard.key().to_owned();
-    let body = crate::reentry::scope(&guard, body(guard.share()));
-    let outcome = if plan.abort_on_lost {
-        supervise(&guard, body).await
-    } else {
-        let outcome = catch_unwind(body).await;
-        if guard.is_lost() {
-            tracing::warn!(target: "lockmacro", key = %key, "lease was lost while the body ran on (on_lost = \"continue\")");
-        }
-        Some(outcome)
-    };
-    let Some(outcome) = outcome else {
-        // Reported on the local deadline, whatever the server does: dropping
-        // the guard releases in the background.
-        drop(guard);
-        return on_failure(LockError::Lost { key });
-    };
-    finish(guard, plan.hold_at_least).await;
-    match outcome {
-        Ok(value) => value,
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
-}
-
-/// Polls `body` while the lease holds; `None` once it is lost.
-///
-/// The clock is read before every poll of the body and once more when it
-/// finishes: after the process was paused (or the runtime stalled), the
-/// body's timers and the deadline's fire together, and the body must not be
-/// polled first, nor its value handed back as if the lease had held.
-async fn supervise<F: Future>(
-    guard: &LockGuard,
-    body: F,
-) -> Option<std::thread::Result<F::Output>> {
-    let lease = guard.lease();
-    let mut body = std::pin::pin!(body);
-    let mut lost = std::pin::pin!(guard.lost());
-    std::future::poll_fn(|cx| {
-        if lease.is_lost() {
-            lease.mark_lost();
-            return Poll::Ready(None);
-        }
-        if let Poll::Ready(outcome) = poll_catching(body.as_mut(), cx) {
-            if outcome.is_ok() && lease.is_lost() {
-                lease.mark_lost();
-                return Poll::Ready(None);
-            }
-            return Poll::Ready(Some(outcome));
-        }
-        match lost.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await
-}
-
-/// Runs `body`, catching a panic so that the lock is released before the
-/// panic goes on.
-async fn catch_unwind<F: Future>(body: F) -> std::thread::Result<F::Output> {
-    let mut body = std::pin::pin!(body);
-    std::future::poll_fn(|cx| poll_catching(body.as_mut(), cx)).await
-}
-
-fn poll_catching<F: Future>(
-    body: Pin<&mut F>,
-    cx: &mut Context<'_>,
-) -> Poll<std::thread::Result<F::Output>> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| body.poll(cx))) {
-        Ok(Poll::Pending) => Poll::Pending,
-        Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
-        Err(panic) => Poll::Ready(Err(panic)),
-    }
-}
-
-/// Gives the lock back, or, with `hold_at_least`, lets it expire once that
-/// much time has passed since it was taken.
-async fn finish(guard: LockGuard, hold_at_least: Option<Duration>) {
-    let lease = guard.lease();
-    let until = hold_at_least.map(|hold| lease.acquired_at + hold);
-    let result = match until {
-        Some(until) if until > Instant::now() && !guard.is_lost() => {
-            let result = lease.refresh(until - Instant::now()).await;
-            lease.done.store(true, std::sync::atomic::Ordering::Release);
-            result
-        }
-        _ => guard.release().await,
-    };
-    if let Err(err) = result {
-        tracing::debug!(target: "lockmacro", error = %err, "release after the body");
-    }
+    held.unwrap_or_else(on_failure)
 }
 
 fn skipped(err: &LockError) {

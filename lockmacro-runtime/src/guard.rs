@@ -47,7 +47,7 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.lock.lease.locker.watchdog().unwatch(self.id);
+        self.lock.watchdog.unwatch(self.id);
     }
 }
 
@@ -85,7 +85,7 @@ impl Lock {
     /// ```
     pub fn keep_alive_every(self, period: Duration) -> Result<LockGuard, LockError> {
         let ttl = self.lease.timing().ttl;
-        let usable = ttl.saturating_sub(self.lease.locker.backend().drift(ttl));
+        let usable = ttl.saturating_sub(self.lease.backend.drift(ttl));
         if period.is_zero() || period >= usable {
             return Err(LockError::InvalidDuration {
                 key: self.key().to_owned(),
@@ -102,11 +102,7 @@ impl Lock {
     }
 
     fn watch(self, period: Duration) -> LockGuard {
-        let id = self
-            .lease
-            .locker
-            .watchdog()
-            .watch(self.lease.clone(), period);
+        let id = self.watchdog.watch(self.lease.clone(), period);
         LockGuard {
             inner: Arc::new(Inner { lock: self, id }),
         }
@@ -199,7 +195,7 @@ impl LockGuard {
     /// [`LockError::NotHeld`] when it was no longer ours.
     pub async fn release(self) -> Result<(), LockError> {
         let lease = self.lease();
-        lease.locker.watchdog().unwatch(self.inner.id);
+        self.inner.lock.watchdog.unwatch(self.inner.id);
         lease.release().await
     }
 

@@ -292,6 +292,8 @@
 //! (span), busy, retry, refresh, release and lost, with the key as a field.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 mod backend;
 #[cfg(doctest)]
@@ -300,6 +302,7 @@ mod error;
 mod fenced;
 mod global;
 mod guard;
+mod hold;
 mod lock;
 mod locker;
 mod options;
@@ -318,6 +321,7 @@ pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};
 pub use crate::guard::LockGuard;
+pub use crate::hold::{HoldOptions, OnLost};
 pub use crate::lock::Lock;
 pub use crate::locker::{Locker, MAX_TTL};
 pub use crate::options::{Fencing, ObtainOptions};

@@ -1,11 +1,12 @@
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::TOKEN_LEN;
+use crate::backend::{Backend, TOKEN_LEN};
+use crate::watchdog::Watchdog;
 use crate::{LockError, Locker};
 
 /// A held lock, as returned by [`Locker::obtain`].
@@ -32,13 +33,15 @@ use crate::{LockError, Locker};
 /// ```
 #[derive(Debug)]
 pub struct Lock {
-    pub(crate) lease: std::sync::Arc<Lease>,
+    pub(crate) lease: Arc<Lease>,
+    /// Its locker's watchdog, for [`keep_alive`](Lock::keep_alive). The
+    /// lease itself does not point back to it: the watchdog holds leases.
+    pub(crate) watchdog: Arc<Watchdog>,
 }
 
 /// The state of one lease, shared by its [`Lock`] and the watchdog.
-#[derive(Debug)]
 pub(crate) struct Lease {
-    pub(crate) locker: Locker,
+    pub(crate) backend: Arc<dyn Backend>,
     /// Keys as the caller named them, sorted.
     pub(crate) keys: Box<[String]>,
     /// Keys on the wire, namespaced; `None` when they are `keys` (no
@@ -88,7 +91,25 @@ impl Timing {
     }
 }
 
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("keys", &self.keys)
+            .field("fence", &self.fence)
+            .field("timing", &self.timing())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Lease {
+    /// True when the lease was taken through `locker`'s backend.
+    pub(crate) fn is_on(&self, locker: &Locker) -> bool {
+        std::ptr::addr_eq(
+            Arc::as_ptr(&self.backend),
+            Arc::as_ptr(locker.shared_backend()),
+        )
+    }
+
     pub(crate) fn key(&self) -> &str {
         &self.keys[0]
     }
@@ -140,8 +161,7 @@ impl Lease {
         crate::locker::check_duration(self.key(), "ttl", ttl)?;
         let sent = Instant::now();
         let refreshed = self
-            .locker
-            .backend()
+            .backend
             .refresh(self.wire_keys(), self.token(), ttl)
             .await?;
         if refreshed {
@@ -168,7 +188,7 @@ impl Lease {
     /// the last confirmed (several can be in flight) changes nothing: the
     /// server's expiry follows the latest.
     pub(crate) fn refreshed(&self, ttl: Duration, sent: Instant) {
-        let drift = self.locker.backend().drift(ttl);
+        let drift = self.backend.drift(ttl);
         let mut timing = self
             .timing
             .lock()
@@ -186,11 +206,7 @@ impl Lease {
 
     pub(crate) async fn release(&self) -> Result<(), LockError> {
         self.done.store(true, Ordering::Release);
-        let released = self
-            .locker
-            .backend()
-            .release(self.wire_keys(), self.token())
-            .await?;
+        let released = self.backend.release(self.wire_keys(), self.token()).await?;
         if released {
             tracing::debug!(target: "lockmacro", key = %self.key(), "released");
             Ok(())
@@ -203,8 +219,7 @@ impl Lease {
     }
 
     pub(crate) async fn remaining(&self) -> Result<Duration, LockError> {
-        self.locker
-            .backend()
+        self.backend
             .remaining(self.wire_keys(), self.token())
             .await?
             .ok_or_else(|| LockError::NotHeld {

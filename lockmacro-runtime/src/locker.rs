@@ -45,7 +45,7 @@ pub struct Locker {
 }
 
 struct Shared {
-    backend: Box<dyn Backend>,
+    backend: Arc<dyn Backend>,
     watchdog: Arc<Watchdog>,
 }
 
@@ -93,7 +93,7 @@ impl Locker {
     pub fn new(backend: impl Backend) -> Self {
         Locker {
             shared: Arc::new(Shared {
-                backend: Box::new(backend),
+                backend: Arc::new(backend),
                 watchdog: Arc::default(),
             }),
             prefix: Arc::from(""),
@@ -196,8 +196,8 @@ impl Locker {
         &*self.shared.backend
     }
 
-    pub(crate) fn watchdog(&self) -> &Arc<Watchdog> {
-        &self.shared.watchdog
+    pub(crate) fn shared_backend(&self) -> &Arc<dyn Backend> {
+        &self.shared.backend
     }
 
     /// The key as stored by the backend: the namespace prefix, then `key`.
@@ -333,8 +333,9 @@ impl Locker {
             claim.armed = false;
             let hold_until = opts.max_hold.map(|hold| acquired_at + hold);
             Lock {
+                watchdog: self.shared.watchdog.clone(),
                 lease: Arc::new(Lease {
-                    locker: self.clone(),
+                    backend: self.shared.backend.clone(),
                     keys: keys.clone().into_boxed_slice(),
                     namespaced: (wire_keys != keys).then(|| wire_keys.clone().into_boxed_slice()),
                     token: token_bytes,

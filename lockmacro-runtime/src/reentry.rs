@@ -17,7 +17,7 @@ pub(crate) fn held(locker: &Locker, keys: &[String]) -> Option<LockGuard> {
         held.iter()
             .find(|guard| {
                 let lease = guard.lease();
-                lease.locker.same_backend(locker)
+                lease.is_on(locker)
                     && !guard.is_done()
                     && !guard.is_lost()
                     && keys

@@ -277,7 +277,7 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
     let Some((_, first)) = leases.first() else {
         return Vec::new();
     };
-    let backend = first.locker.backend();
+    let backend = &*first.backend;
     let requests: Vec<RefreshRequest<'_>> = leases
         .iter()
         .map(|(_, lease)| RefreshRequest::new(lease.wire_keys(), lease.token(), lease.timing().ttl))

@@ -128,7 +128,7 @@ fn prepare(plan: &Plan) -> TokenStream {
     };
 
     let ttl = plan.ttl.to_tokens(krate);
-    let mut builder = quote!(#krate::__private::Plan::new(#ttl));
+    let mut builder = quote!(#krate::__private::HoldOptions::new(#ttl));
     if let Some(refresh) = &plan.refresh {
         let refresh = refresh.to_tokens(krate);
         builder.extend(quote!(.refresh(#refresh)));
@@ -149,7 +149,7 @@ fn prepare(plan: &Plan) -> TokenStream {
         }
     }
     if plan.on_lost == OnLost::Continue {
-        builder.extend(quote!(.on_lost_continue()));
+        builder.extend(quote!(.on_lost(#krate::__private::OnLost::Continue)));
     }
     if let Some(hold) = &plan.hold_at_least {
         let hold = hold.to_tokens(krate);

@@ -183,14 +183,15 @@ mod snapshots;
 /// (`&self`, `&mut self`, `self`), generics, lifetimes, `impl Trait`
 /// arguments and `where` clauses work as they are. The keys are computed
 /// before the body takes the arguments, then the body runs as a future while
-/// the lock is held (a sketch; the snapshots in `lockmacro/tests/expand` pin
-/// the real expansion):
+/// the lock is held, through the runtime's public `Locker::hold` (a sketch;
+/// the snapshots in `lockmacro/tests/expand` pin the real expansion, and
+/// `Locker::hold`'s documentation shows the same without the macro):
 ///
 /// ```text
 /// async fn bill(u: &User) -> Result<Receipt, BillingError> {
 ///     let keys = vec![format!("user:{}", u.id)];
 ///     let locker = ::lockmacro_runtime::__private::global();
-///     let plan = Plan::new(Duration::from_millis(30000));
+///     let plan = HoldOptions::new(Duration::from_millis(30000));
 ///     ::lockmacro_runtime::__private::run(
 ///         locker,
 ///         keys,

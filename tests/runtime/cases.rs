@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{LockError, ObtainOptions, RetryStrategy};
+use lockmacro_runtime::{HoldOptions, LockError, ObtainOptions, RetryStrategy};
 use tokio::time::Instant;
 
 use crate::fixture::Fixture;
@@ -545,4 +545,38 @@ pub async fn max_hold_stops_renewing_and_the_lease_is_lost(fx: &Fixture) {
         b.obtain("job", LONG, once().retry(retry)).await,
         "obtain after max_hold",
     );
+}
+
+pub async fn hold_runs_the_body_while_holding_and_releases_after(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let options = HoldOptions::new(LONG).fence();
+    let (inner_a, inner_b) = (a.clone(), b.clone());
+    let (fence, refused, nested) = fx.check(
+        a.hold(["job"], options.clone(), |guard| async move {
+            let refused = inner_b.obtain("job", LONG, once()).await;
+            // A nested hold of a held key re-enters the same lease.
+            let nested = inner_a
+                .hold(["job"], HoldOptions::new(LONG), |inner| async move {
+                    inner.token().to_owned()
+                })
+                .await;
+            (
+                guard.fence_token(),
+                refused.is_err_and(|err| err.is_not_obtained()),
+                nested.map(|token| token == guard.token()),
+            )
+        })
+        .await,
+        "hold",
+    );
+    assert!(fence.is_some());
+    assert!(refused, "another locker got in while the body ran");
+    assert!(
+        matches!(nested, Ok(true)),
+        "the nested hold did not re-enter: {nested:?}"
+    );
+    let held = fx.check(b.obtain("job", LONG, once()).await, "obtain after the hold");
+    let busy = a.hold(["job"], options, |_| async {}).await.unwrap_err();
+    assert!(busy.is_not_obtained(), "{busy:?}");
+    fx.check(held.release().await, "release");
 }

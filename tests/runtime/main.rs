@@ -81,6 +81,7 @@ behaviour_suite!(
         keep_alive_period_must_fit_within_the_ttl,
         ttl_within_the_drift_margin_is_invalid,
         max_hold_stops_renewing_and_the_lease_is_lost,
+        hold_runs_the_body_while_holding_and_releases_after,
     ],
     several_slots: [
         explicit_fence_key_is_used_and_namespaced,

@@ -29,7 +29,7 @@ where
         ::lockmacro_runtime::__private::format!("user:{}", u.id)
     ];
     let __lockmacro_locker = ::lockmacro_runtime::__private::locker(&(&self.locker));
-    let __lockmacro_plan = ::lockmacro_runtime::__private::Plan::new(
+    let __lockmacro_plan = ::lockmacro_runtime::__private::HoldOptions::new(
         ::lockmacro_runtime::__private::__Duration::from_millis(30000),
     );
     Box::pin(async move {

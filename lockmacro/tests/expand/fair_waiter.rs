@@ -3,7 +3,7 @@ async fn print(p: &Printer, doc: Doc) -> Result<(), PrintError> {
         ::lockmacro_runtime::__private::format!("printer:{}", p.id)
     ];
     let __lockmacro_locker = ::lockmacro_runtime::__private::global();
-    let __lockmacro_plan = ::lockmacro_runtime::__private::Plan::new(
+    let __lockmacro_plan = ::lockmacro_runtime::__private::HoldOptions::new(
             ::lockmacro_runtime::__private::__Duration::from_millis(30000),
         )
         .wait(::lockmacro_runtime::__private::__Duration::from_millis(120000))

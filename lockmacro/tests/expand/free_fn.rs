@@ -4,7 +4,7 @@ pub async fn bill(u: &User) -> Result<Receipt, BillingError> {
         ::lockmacro_runtime::__private::format!("user:{}", u.id)
     ];
     let __lockmacro_locker = ::lockmacro_runtime::__private::global();
-    let __lockmacro_plan = ::lockmacro_runtime::__private::Plan::new(
+    let __lockmacro_plan = ::lockmacro_runtime::__private::HoldOptions::new(
         ::lockmacro_runtime::__private::__Duration::from_millis(30000),
     );
     ::lockmacro_runtime::__private::run(

@@ -15,13 +15,13 @@ where
         ::my_app::locks::__private::format!("tenant:{}", self.tenant)
     ];
     let __lockmacro_locker = ::my_app::locks::__private::locker(&(self.locker));
-    let __lockmacro_plan = ::my_app::locks::__private::Plan::new(
+    let __lockmacro_plan = ::my_app::locks::__private::HoldOptions::new(
             ::my_app::locks::__private::__Duration::from_millis(90000),
         )
         .refresh(::my_app::locks::__private::__Duration::from_millis(20000))
         .wait(::my_app::locks::__private::__Duration::from_millis(10000))
         .fence()
-        .on_lost_continue()
+        .on_lost(::my_app::locks::__private::OnLost::Continue)
         .hold_at_least(::my_app::locks::__private::__Duration::from_millis(300000));
     ::my_app::locks::__private::run(
             __lockmacro_locker,

@@ -3,7 +3,7 @@ async fn nightly() -> anyhow::Result<()> {
         ::lockmacro_runtime::__private::String::from("jobs:{nightly}")
     ];
     let __lockmacro_locker = ::lockmacro_runtime::__private::global();
-    let __lockmacro_plan = ::lockmacro_runtime::__private::Plan::new(
+    let __lockmacro_plan = ::lockmacro_runtime::__private::HoldOptions::new(
             ::lockmacro_runtime::__private::__Duration::from_millis(500),
         )
         .hold_at_least(::lockmacro_runtime::__private::__Duration::from_millis(300000));

@@ -3,7 +3,7 @@ async fn nightly(self: Arc<Self>) {
         ::lockmacro_runtime::__private::key(& (self.job_key()))
     ];
     let __lockmacro_locker = ::lockmacro_runtime::__private::global();
-    let __lockmacro_plan = ::lockmacro_runtime::__private::Plan::new(self.lease)
+    let __lockmacro_plan = ::lockmacro_runtime::__private::HoldOptions::new(self.lease)
         .fence_key(::lockmacro_runtime::__private::format!("fence:{}", self.name));
     ::lockmacro_runtime::__private::run(
             __lockmacro_locker,
