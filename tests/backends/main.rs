@@ -7,5 +7,6 @@
 mod support;
 
 mod cluster;
+mod cluster_failover;
 mod redlock;
 mod witness;

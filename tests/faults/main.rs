@@ -12,6 +12,7 @@
 mod support;
 
 mod chaos;
+mod failover;
 mod network;
 mod pause;
 mod process;
