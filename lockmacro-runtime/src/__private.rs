@@ -27,6 +27,7 @@ pub struct Plan {
     fence: Fence,
     abort_on_lost: bool,
     hold_at_least: Option<Duration>,
+    replicas: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -47,6 +48,7 @@ impl Plan {
             fence: Fence::Off,
             abort_on_lost: true,
             hold_at_least: None,
+            replicas: 0,
         }
     }
 
@@ -92,6 +94,12 @@ impl Plan {
         self
     }
 
+    /// `replicas = …`
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = n;
+        self
+    }
+
     fn options(&self) -> ObtainOptions {
         let mut opts = ObtainOptions::new();
         if let Some(wait) = self.wait {
@@ -105,6 +113,9 @@ impl Plan {
         }
         if self.fair {
             opts = opts.fair();
+        }
+        if self.replicas > 0 {
+            opts = opts.replicas(self.replicas);
         }
         match &self.fence {
             Fence::Off => opts,

@@ -155,6 +155,11 @@ fn prepare(plan: &Plan) -> TokenStream {
         let hold = hold.to_tokens(krate);
         builder.extend(quote!(.hold_at_least(#hold)));
     }
+    if plan.replicas > 0 {
+        // As a `usize` literal: the runtime takes a count of replicas.
+        let replicas = proc_macro2::Literal::usize_unsuffixed(plan.replicas as usize);
+        builder.extend(quote!(.replicas(#replicas)));
+    }
 
     quote! {
         let #keys_var = #krate::__private::vec![#(#keys),*];

@@ -159,6 +159,27 @@ mod snapshots;
 /// sooner: for a job scheduled on several nodes whose clocks differ, so that
 /// a node that starts late does not run it a second time.
 ///
+/// ## `replicas = 1`
+///
+/// Where the lock server has replicas (a Redis Cluster, or one server with
+/// replicas): after taking the key, wait until this many replicas have it
+/// (Redis `WAIT`), for at most 1 s or a tenth of `ttl`, whichever is
+/// shorter. When fewer acknowledge it in time, the key is given back and the
+/// call fails with `LockError::NotReplicated` (under `on_busy = "skip"`: the
+/// skipped value, logged at error level). A backend that cannot wait for
+/// replicas (Redlock, memory) refuses the call. It makes a failover less
+/// likely to lose the lock, not impossible: see `ObtainOptions::replicas` in
+/// the runtime for what it does and does not guarantee. Not with
+/// `fair = true`. `0`, the default, waits for none.
+///
+/// ```
+/// # use lockmacro_runtime::{LockError, distributed_lock};
+/// #[distributed_lock(key = "payout:{id}", ttl = "30s", replicas = 1)]
+/// async fn pay_out(id: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
 /// ## `crate = "path"`
 ///
 /// Where the runtime crate is, for a crate that re-exports it:

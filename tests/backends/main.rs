@@ -9,4 +9,5 @@ mod support;
 mod cluster;
 mod cluster_failover;
 mod redlock;
+mod replicas;
 mod witness;

@@ -9,8 +9,8 @@ use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
     REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
-    acquired, backend_error, install_crypto_provider, millis, open_client, pttl, redact,
-    refresh_many_cmd, refreshed,
+    acknowledged_acquire_pipe, acknowledged_outcome, acquired, backend_error,
+    install_crypto_provider, millis, open_client, pttl, redact, refresh_many_cmd, refreshed,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
@@ -116,6 +116,12 @@ pub struct ClusterBackend {
     name: String,
     /// Subscribes on one of the seed nodes.
     wakeups: Arc<Wakeups>,
+    /// Opens the connection of the acquires that wait for replicas.
+    client: redis::cluster::ClusterClient,
+    /// That connection, opened on the first such acquire: `WAIT` holds up
+    /// its connection to the node until the replicas answer, and would hold
+    /// up every other call to that node on the shared one.
+    acknowledged: Arc<tokio::sync::OnceCell<ClusterConnection>>,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -233,6 +239,8 @@ impl ClusterBackend {
             budget: config.response_timeout,
             name,
             wakeups,
+            client,
+            acknowledged: Arc::default(),
         })
     }
 
@@ -286,7 +294,21 @@ impl ClusterBackend {
     /// in about a second, returning the last of those errors. Sending the
     /// whole command again starts the client's count afresh, on the slot map
     /// it has reloaded meanwhile.
-    async fn follow<T, F, Fut>(&self, keys: &[String], mut attempt: F) -> Result<T, Failure>
+    async fn follow<T, F, Fut>(&self, keys: &[String], attempt: F) -> Result<T, Failure>
+    where
+        F: FnMut(ClusterConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        self.follow_on(&self.conn, keys, attempt).await
+    }
+
+    /// [`follow`](Self::follow) on the connection `conn`.
+    async fn follow_on<T, F, Fut>(
+        &self,
+        conn: &ClusterConnection,
+        keys: &[String],
+        mut attempt: F,
+    ) -> Result<T, Failure>
     where
         F: FnMut(ClusterConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -294,7 +316,7 @@ impl ClusterBackend {
         let deadline = tokio::time::Instant::now() + self.budget;
         let mut last = None;
         loop {
-            match tokio::time::timeout_at(deadline, attempt(self.conn.clone())).await {
+            match tokio::time::timeout_at(deadline, attempt(conn.clone())).await {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(err)) if passing(&err) => {
                     if tokio::time::Instant::now() + FOLLOW_PAUSE >= deadline {
@@ -432,6 +454,9 @@ impl Backend for ClusterBackend {
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(async move {
             check_same_slot(req.keys, req.fence_key)?;
+            if req.replicas > 0 {
+                return self.acquire_acknowledged(req).await;
+            }
             let mut keys = req.keys.to_vec();
             keys.extend(req.fence_key.map(str::to_owned));
             let n = req.keys.len().to_string();
@@ -585,5 +610,49 @@ impl Backend for ClusterBackend {
 
     fn listening(&self, key: &str) -> bool {
         self.wakeups.subscribed(key)
+    }
+
+    fn acknowledges_replicas(&self) -> bool {
+        true
+    }
+}
+
+impl ClusterBackend {
+    /// An acquire that waits for `req.replicas` replicas of the key's
+    /// master; gives the keys back when fewer acknowledge them in time. The
+    /// acquire and its `WAIT` go in one pipeline to the slot's master, and
+    /// are sent again together when the slot moves.
+    async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        let what = || format!("obtain `{}`", req.keys.join("`, `"));
+        let conn = self
+            .acknowledged
+            .get_or_try_init(|| self.client.get_async_connection())
+            .await
+            .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
+        let pipe = acknowledged_acquire_pipe(&req);
+        let mut keys = req.keys.to_vec();
+        keys.extend(req.fence_key.map(str::to_owned));
+        let (reply, acked): (Vec<i64>, usize) = self
+            .follow_on(conn, &keys, |mut conn| {
+                let pipe = pipe.clone();
+                async move { pipe.query_async(&mut conn).await }
+            })
+            .await
+            .map_err(|failure| LockError::from(failure.into_error(&self.name, &what())))?;
+        match acknowledged_outcome(&reply, acked, &req, &self.name)? {
+            Ok(outcome) => Ok(outcome),
+            Err(acked) => {
+                if let Err(err) = self.release(req.keys, req.token()).await {
+                    tracing::warn!(target: "lockmacro", server = %self.name, error = %err,
+                        "could not give back a lock the replicas did not acknowledge; it expires with its ttl");
+                }
+                Err(LockError::NotReplicated {
+                    key: req.keys[0].clone(),
+                    wanted: req.replicas,
+                    acknowledged: acked,
+                    timeout: req.replica_timeout,
+                })
+            }
+        }
     }
 }
