@@ -182,9 +182,11 @@ impl ObtainOptions {
 
     /// How long [`replicas`](Self::replicas) waits for the acknowledgements
     /// (from 1 ms; default 1 s or a tenth of the ttl, whichever is shorter).
-    /// Keep it shorter than the [response
+    /// It must be shorter than the [response
     /// timeout](crate::RedisConfig::response_timeout), which bounds the
-    /// whole call.
+    /// whole call: a longer one is refused with
+    /// [`LockError::Backend`](crate::LockError::Backend) before anything is
+    /// sent.
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
         self.replica_timeout = Some(timeout);
         self

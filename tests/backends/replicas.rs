@@ -165,6 +165,18 @@ async fn server_without_replicas_fails_the_wait_and_keeps_nothing() {
         "lock `job` was released: 0 of the 1 replica(s) asked for acknowledged it within 200ms"
     );
 
+    // A wait the response timeout (3 s) would cut short is refused.
+    let err = locker
+        .obtain("job", TTL, replicated(Duration::from_secs(3)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::Backend(_)) && err.to_string().contains("response timeout"),
+        "{err:?}"
+    );
+    let left: Option<String> = server.cmd(&["GET", "job"]);
+    assert_eq!(left, None, "a refused obtain took the key");
+
     // A fair waiter is handed its key by a release, which nothing waits for.
     let fair = ObtainOptions::new()
         .fair()

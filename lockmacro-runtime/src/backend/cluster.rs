@@ -10,7 +10,8 @@ use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
     REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
     acknowledged_acquire_pipe, acknowledged_outcome, acquired, backend_error,
-    install_crypto_provider, millis, open_client, pttl, redact, refresh_many_cmd, refreshed,
+    check_replica_timeout, install_crypto_provider, millis, open_client, pttl, redact,
+    refresh_many_cmd, refreshed,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
@@ -624,6 +625,7 @@ impl ClusterBackend {
     /// are sent again together when the slot moves.
     async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
         let what = || format!("obtain `{}`", req.keys.join("`, `"));
+        check_replica_timeout(&req, self.budget, &self.name)?;
         let conn = self
             .acknowledged
             .get_or_try_init(|| self.client.get_async_connection())

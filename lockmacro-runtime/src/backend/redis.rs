@@ -1358,6 +1358,30 @@ pub(super) fn acknowledged_acquire_pipe(req: &AcquireRequest<'_>) -> redis::Pipe
     pipe
 }
 
+/// Refuses a replica wait that the response timeout would cut short: the
+/// call would fail as a timeout with the lock taken and nobody to give it
+/// back.
+pub(super) fn check_replica_timeout(
+    req: &AcquireRequest<'_>,
+    response_timeout: Duration,
+    server: &str,
+) -> Result<(), LockError> {
+    if req.replica_timeout < response_timeout {
+        return Ok(());
+    }
+    Err(BackendError::new(
+        BackendErrorKind::Other,
+        format!("{server}: obtain `{}`", req.keys.join("`, `")),
+        format!(
+            "the replica wait ({:?}) is not shorter than the response timeout ({response_timeout:?}), \
+             which would end the call first; shorten `ObtainOptions::replica_timeout` or \
+             lengthen `RedisConfig::response_timeout`",
+            req.replica_timeout
+        ),
+    )
+    .into())
+}
+
 /// What an acquire followed by `WAIT` came to: `Busy` as it is, `Obtained`
 /// if enough replicas acknowledged, else `Err(acknowledged)`.
 pub(super) fn acknowledged_outcome(
@@ -1378,6 +1402,7 @@ impl RedisBackend {
     async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
         let what = || format!("obtain `{}`", req.keys.join("`, `"));
         let acknowledged = &self.acknowledged;
+        check_replica_timeout(&req, acknowledged.config.response_timeout, &self.name)?;
         let conn = acknowledged
             .conn
             .get_or_try_init(|| async {
