@@ -245,3 +245,59 @@ async fn attribute_replicas_runs_the_body_only_once_replicated() {
         other => cluster.fail(format_args!("on a cluster with replicas: {other:?}")),
     }
 }
+
+const README: &str = include_str!("../../README.md");
+
+/// The README's `ACL SETUSER` line for everything but `replicas`, and its
+/// addition for `replicas`, as separate rules.
+fn readme_rules() -> (Vec<&'static str>, Vec<&'static str>) {
+    let line = |wanted: &dyn Fn(&str) -> bool| -> Vec<&'static str> {
+        let line = README
+            .lines()
+            .find(|line| wanted(line))
+            .expect("README.md shows the line under \"Permissions a Redis user needs\"");
+        line.split_whitespace().skip(3).collect()
+    };
+    (
+        line(&|line| {
+            line.starts_with("ACL SETUSER locks ") && !line.starts_with("ACL SETUSER locks +")
+        }),
+        line(&|line| line.starts_with("ACL SETUSER locks +") && line.contains("+wait")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_permissions_for_replicas_are_enough_and_needed() {
+    let (base, extras) = readme_rules();
+    let server = RedisServer::start();
+    let user = |name: &str, rules: &[&str]| {
+        let mut args = vec!["ACL", "SETUSER", name];
+        args.extend_from_slice(rules);
+        let () = server.cmd(&args);
+        format!("redis://{name}:change-me@127.0.0.1:{}/", server.port())
+    };
+    let with = user("with", &[base.as_slice(), extras.as_slice()].concat());
+    let without = user("without", &base);
+
+    let locker = server.expect_ok(Locker::connect(&with).await, "connect");
+    // Refused by the replicas, not by the ACL.
+    let result = locker.obtain("billing:job", TTL, replicated(SHORT)).await;
+    expect_not_replicated(result, "billing:job", &|| server.log());
+    let denied: Vec<redis::Value> = server.cmd(&["ACL", "LOG"]);
+    let denied: Vec<String> = denied
+        .iter()
+        .map(|entry| format!("{entry:?}"))
+        .filter(|entry| !entry.contains("client|setinfo"))
+        .collect();
+    assert!(denied.is_empty(), "refused: {denied:#?}");
+
+    let locker = server.expect_ok(Locker::connect(&without).await, "connect");
+    let err = locker
+        .obtain("billing:job", TTL, replicated(SHORT))
+        .await
+        .expect_err("refused without the additions");
+    assert!(
+        matches!(&err, LockError::Backend(backend) if backend.kind() == lockmacro_runtime::BackendErrorKind::Permission),
+        "{err:?}"
+    );
+}
