@@ -363,13 +363,18 @@ impl Failure {
             Failure::Redis(err) => backend_error(server, what, err),
             Failure::Spent { slot, budget, last } => {
                 let slot = slot.map_or_else(String::new, |slot| format!(" {slot}"));
-                let mut message = format!(
-                    "no master of slot{slot} answered within the response timeout ({budget:?}): \
-                     the cluster is failing over or has lost the slot"
-                );
-                if let Some(last) = &last {
-                    message.push_str(&format!("; its last answer: {last}"));
-                }
+                let message = match &last {
+                    Some(last) => format!(
+                        "no master of slot{slot} answered within the response timeout \
+                         ({budget:?}): the cluster is failing over or has lost the slot; its \
+                         last answer: {last}"
+                    ),
+                    // A node that took the command and never answered.
+                    None => format!(
+                        "no master of slot{slot} answered within the response timeout \
+                         ({budget:?})"
+                    ),
+                };
                 let error = BackendError::new(
                     BackendErrorKind::Timeout,
                     format!("{server}: {what}"),
