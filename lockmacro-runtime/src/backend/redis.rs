@@ -1411,10 +1411,18 @@ impl RedisBackend {
                     .map(|(_, conn, _)| conn)
             })
             .await?;
-        let (reply, acked): (Vec<i64>, usize) = acknowledged_acquire_pipe(&req)
-            .query_async(&mut conn.clone())
-            .await
-            .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
+        let pipe = acknowledged_acquire_pipe(&req);
+        let mut conn = conn.clone();
+        let (reply, acked): (Vec<i64>, usize) = match pipe.query_async(&mut conn).await {
+            // As `invoke` does: the pair is safe to send again, the acquire
+            // accepting a retry of the same value.
+            Err(err) if err.is_connection_dropped() => {
+                tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
+                pipe.query_async(&mut conn).await
+            }
+            other => other,
+        }
+        .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
         match acknowledged_outcome(&reply, acked, &req, &self.name)? {
             Ok(outcome) => Ok(outcome),
             Err(acked) => {
