@@ -65,3 +65,17 @@ pub struct Guard;
 /// }
 /// ```
 pub struct Mistakes;
+
+/// The `replicas` example (it compiles; running it needs a server with
+/// replicas).
+///
+/// ```
+/// use lockmacro_runtime::{LockError, distributed_lock};
+///
+/// #[distributed_lock(key = "payout:{id}", ttl = "30s", replicas = 1)]
+/// async fn pay_out(id: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// # let _ = pay_out(1);
+/// ```
+pub struct ReplicasExample;

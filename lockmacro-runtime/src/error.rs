@@ -81,6 +81,26 @@ pub enum LockError {
     /// The backend could not be reached or answered with an error.
     #[error(transparent)]
     Backend(#[from] BackendError),
+
+    /// The lock was taken, but fewer replicas than
+    /// [`ObtainOptions::replicas`](crate::ObtainOptions::replicas) asked for
+    /// acknowledged it in time; it was released (or, if that failed too, is
+    /// left to expire with its ttl). Retrying helps once the replicas are
+    /// back in sync.
+    #[error(
+        "lock `{key}` was released: {acknowledged} of the {wanted} replica(s) asked for \
+         acknowledged it within {timeout:?}"
+    )]
+    NotReplicated {
+        /// The key, as sent to the server (with the locker's namespace).
+        key: String,
+        /// How many replicas were asked for.
+        wanted: usize,
+        /// How many acknowledged the lock in time.
+        acknowledged: usize,
+        /// How long they were waited for.
+        timeout: Duration,
+    },
 }
 
 impl LockError {

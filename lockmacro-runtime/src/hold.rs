@@ -127,6 +127,13 @@ impl HoldOptions {
         self
     }
 
+    /// Waits until `n` replicas have the lock (`replicas = …`); see
+    /// [`ObtainOptions::replicas`].
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.obtain = self.obtain.replicas(n);
+        self
+    }
+
     /// Stops renewing after this long (`max_hold = …`); see
     /// [`ObtainOptions::max_hold`].
     pub fn max_hold(mut self, max_hold: Duration) -> Self {

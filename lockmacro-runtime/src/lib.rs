@@ -120,6 +120,11 @@
 //! exponential with full jitter; an attempt cap; a deadline), what metadata
 //! to store with the lock, and whether to mint a fencing token.
 //! [`Locker::obtain_many`] takes several keys all or nothing.
+//! [`ObtainOptions::replicas`] makes an obtain on a server with replicas
+//! (a cluster, or one server with replicas) return only once that many
+//! replicas have the lock, and fail with [`LockError::NotReplicated`], the
+//! lock given back, when they do not acknowledge it in time; it narrows, but
+//! does not close, the window in which a failover loses a lock.
 //!
 //! ## Fair hand-off
 //!

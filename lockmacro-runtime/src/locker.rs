@@ -308,6 +308,9 @@ impl Locker {
         if opts.fair {
             self.check_fair(&keys, &opts)?;
         }
+        if opts.replicas > 0 {
+            self.check_replicas(&keys, ttl, &opts)?;
+        }
         let token = uuid::Uuid::new_v4().simple().to_string();
         let token_bytes: [u8; TOKEN_LEN] = token
             .as_bytes()
@@ -374,6 +377,8 @@ impl Locker {
                 ttl,
                 fence_key: fence_key.as_deref(),
                 queue_for,
+                replicas: opts.replicas,
+                replica_timeout: opts.replica_bound(ttl),
             };
             // From here until its reply is read, the attempt may hold the
             // keys: a dropped or timed-out call must give them back.
@@ -573,5 +578,46 @@ impl Drop for Claim {
             let token = std::mem::take(&mut self.token);
             runtime.spawn(release_claim(self.locker.clone(), wire_keys, token));
         }
+    }
+}
+
+impl Locker {
+    /// Refuses an obtain with [`ObtainOptions::replicas`] that the backend
+    /// could not honour, before anything is sent.
+    fn check_replicas(
+        &self,
+        keys: &[String],
+        ttl: Duration,
+        opts: &ObtainOptions,
+    ) -> Result<(), LockError> {
+        let refuse = |reason: &str| -> LockError {
+            BackendError::new(
+                BackendErrorKind::Other,
+                format!("obtain `{}`", keys.join("`, `")),
+                reason,
+            )
+            .into()
+        };
+        if !self.backend().acknowledges_replicas() {
+            return Err(refuse(
+                "this backend cannot wait for replicas to acknowledge a lock (Redlock's masters \
+                 have no replicas to wait for: its safety is the majority; the in-memory \
+                 backend has nothing to replicate); obtain without `replicas`",
+            ));
+        }
+        if opts.fair {
+            // A fair waiter is handed the key by the release before it,
+            // whose write is not waited for.
+            return Err(refuse(
+                "`replicas` cannot be combined with `fair`: a fair waiter is handed the key by \
+                 a release, not by its own acquire, so nothing waits for the replicas; use one \
+                 or the other",
+            ));
+        }
+        check_duration(
+            &keys[0],
+            "replica wait (`ObtainOptions::replica_timeout`)",
+            opts.replica_bound(ttl),
+        )
     }
 }

@@ -29,6 +29,10 @@ pub struct ObtainOptions {
     /// attribute's `wait`, and implied by `fair`.
     pub(crate) wakeups_only: bool,
     pub(crate) max_hold: Option<Duration>,
+    /// Replicas that must acknowledge the lock, and how long to wait for
+    /// them (`None`: the default bound).
+    pub(crate) replicas: usize,
+    pub(crate) replica_timeout: Option<Duration>,
 }
 
 /// Whether a fencing token is minted with the lock, and where its counter lives.
@@ -139,5 +143,82 @@ impl ObtainOptions {
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
+    }
+}
+
+/// The longest a replica acknowledgement is waited for by default.
+const REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl ObtainOptions {
+    /// Wait until `n` replicas of the server that took the lock have it
+    /// (Redis `WAIT n timeout`, sent with the acquire), for at most
+    /// [`replica_timeout`](Self::replica_timeout): by default 1 s or a tenth
+    /// of the ttl, whichever is shorter. When fewer acknowledge in time, the
+    /// lock is released and the call fails with
+    /// [`LockError::NotReplicated`](crate::LockError::NotReplicated). `0`,
+    /// the default, waits for nothing.
+    ///
+    /// For a server with replicas: [`RedisBackend`](crate::RedisBackend)
+    /// (a server with no replicas fails every such obtain) and
+    /// [`ClusterBackend`](crate::ClusterBackend) (the replicas of the key's
+    /// master). [`RedlockBackend`](crate::RedlockBackend) and
+    /// [`MemoryBackend`](crate::MemoryBackend) refuse it with
+    /// [`LockError::Backend`](crate::LockError::Backend): Redlock's answer to
+    /// a lost master is its majority, and memory has nothing to replicate.
+    ///
+    /// # What it guarantees, and what it does not
+    ///
+    /// An obtain that returns `Ok` was received by `n` replicas before it
+    /// returned: a failover to one of them keeps the lock, where without it a
+    /// master that dies just after granting the lock can take it along. It
+    /// does not make Redis strongly consistent, as the Redis documentation of
+    /// `WAIT` says itself: "WAIT does not make Redis a strongly consistent
+    /// store: while synchronous replication is part of a replicated state
+    /// machine, it is not the only thing needed"
+    /// (<https://redis.io/docs/latest/commands/wait/>, "Consistency and
+    /// WAIT"). A failover promotes the replica that seems most up to date as
+    /// a best effort, not a promise: it can still promote one that missed the
+    /// lock, and lose it. Acknowledged means
+    /// received, not written to disk; refreshes are not waited for (a
+    /// failover to a replica that missed the last refresh shortens the lease
+    /// it knows, it does not lose the key); and the wait counts against the
+    /// lease, whose local deadline runs from when the acquire was sent.
+    /// Fencing is still what protects a resource.
+    ///
+    /// The acquire and its `WAIT` travel together on a connection of their
+    /// own (one per backend), so that a wait never holds up other calls;
+    /// obtains with `replicas` on one backend wait in turn on it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::ObtainOptions;
+    ///
+    /// // One replica must have the lock within 200 ms, or the obtain fails.
+    /// let opts = ObtainOptions::new()
+    ///     .replicas(1)
+    ///     .replica_timeout(Duration::from_millis(200));
+    /// # let _ = opts;
+    /// ```
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = n;
+        self
+    }
+
+    /// How long [`replicas`](Self::replicas) waits for the acknowledgements
+    /// (from 1 ms; default 1 s or a tenth of the ttl, whichever is shorter).
+    /// It must be shorter than the [response
+    /// timeout](crate::RedisConfig::response_timeout), which bounds the
+    /// whole call: a longer one is refused with
+    /// [`LockError::Backend`](crate::LockError::Backend) before anything is
+    /// sent.
+    pub fn replica_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_timeout = Some(timeout);
+        self
+    }
+
+    /// The bound on the replica wait for a lease of `ttl`.
+    pub(crate) fn replica_bound(&self, ttl: Duration) -> Duration {
+        self.replica_timeout
+            .unwrap_or_else(|| REPLICA_TIMEOUT.min(ttl / 10).max(Duration::from_millis(1)))
     }
 }

@@ -26,6 +26,7 @@ mod kw {
     syn::custom_keyword!(locker);
     syn::custom_keyword!(hold_at_least);
     syn::custom_keyword!(max_hold);
+    syn::custom_keyword!(replicas);
 }
 
 /// One argument as written.
@@ -53,6 +54,7 @@ pub(crate) struct Args {
     locker: Option<Arg<Expr>>,
     hold_at_least: Option<Arg<Expr>>,
     max_hold: Option<Arg<Expr>>,
+    replicas: Option<Arg<Expr>>,
     krate: Option<Arg<Expr>>,
     /// Repeated and unknown arguments do not stop the parse, so that they
     /// are reported together with every other mistake.
@@ -73,6 +75,8 @@ pub(crate) struct Plan {
     pub(crate) locker: Option<Expr>,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
+    /// `0` when not given.
+    pub(crate) replicas: u32,
     pub(crate) krate: Path,
 }
 
@@ -134,6 +138,9 @@ impl Parse for Args {
             } else if lookahead.peek(kw::max_hold) {
                 let arg = value::<kw::max_hold, _>(input, position)?;
                 set_once(&mut args.max_hold, "max_hold", arg, &mut args.errors);
+            } else if lookahead.peek(kw::replicas) {
+                let arg = value::<kw::replicas, _>(input, position)?;
+                set_once(&mut args.replicas, "replicas", arg, &mut args.errors);
             } else if lookahead.peek(Token![crate]) {
                 let arg = value::<Token![crate], _>(input, position)?;
                 set_once(&mut args.krate, "crate", arg, &mut args.errors);
@@ -329,6 +336,21 @@ impl Args {
             None => Some(None),
         };
 
+        let replicas = match self.replicas {
+            Some(arg) => {
+                let name = arg.name;
+                let replicas = errors.ok(parse_replicas(arg.value)).unwrap_or(0);
+                if replicas > 0 && fair {
+                    errors.push(Error::new(
+                        name,
+                        "`replicas` cannot be combined with `fair = true`: a fair waiter is handed the key by a release, which nothing waits for the replicas to receive; remove one of them",
+                    ));
+                }
+                replicas
+            }
+            None => 0,
+        };
+
         let krate = match self.krate {
             Some(arg) => errors.ok(parse_crate(&arg.value)),
             None => Some(syn::parse_quote!(::lockmacro_runtime)),
@@ -378,6 +400,7 @@ impl Args {
             locker: self.locker.map(|arg| arg.value),
             hold_at_least,
             max_hold,
+            replicas,
             krate,
         })
     }
@@ -471,6 +494,42 @@ fn parse_fence(value: Expr, params: &Params) -> syn::Result<Fence> {
         ));
     }
     Key::parse(value, params).map(Fence::Key)
+}
+
+fn parse_replicas(value: Expr) -> syn::Result<u32> {
+    const WRITE: &str = "write how many replicas must acknowledge the lock, as in `replicas = 1`";
+    match &value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) if int.suffix().is_empty() => int.base10_parse::<u32>().map_err(|_| {
+            Error::new(
+                int.span(),
+                format!("`replicas = {int}` is more replicas than any server has: {WRITE}"),
+            )
+        }),
+        Expr::Unary(syn::ExprUnary {
+            op: syn::UnOp::Neg(_),
+            ..
+        }) => Err(Error::new_spanned(
+            value,
+            format!(
+                "`replicas` cannot be negative: {WRITE}, or remove `replicas` to wait for none"
+            ),
+        )),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) if lit.value().trim().parse::<u32>().is_ok() => Err(Error::new(
+            lit.span(),
+            format!(
+                "`replicas` takes a number, not a string: write `replicas = {}`",
+                lit.value().trim()
+            ),
+        )),
+        _ => Err(Error::new_spanned(
+            value,
+            format!("`replicas` takes a whole number: {WRITE}"),
+        )),
+    }
 }
 
 fn parse_guard(value: Expr) -> syn::Result<Ident> {
@@ -616,11 +675,11 @@ mod tests {
     fn unknown_argument_lists_the_valid_ones() {
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", timeout = "5s")),
-            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `crate`"
+            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `crate`"
         );
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", type = "x")),
-            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `crate`"
+            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `crate`"
         );
     }
 
@@ -628,7 +687,7 @@ mod tests {
     fn not_an_argument() {
         assert_eq!(
             error(quote!("k")),
-            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `crate`"
+            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `crate`"
         );
         assert_eq!(error(quote!(key "k")), "expected `=`");
         assert_eq!(error(quote!(key = "k" ttl = "1s")), "expected `,`");
@@ -764,12 +823,41 @@ mod tests {
                 wait = 5
             )),
             [
-                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `crate`",
+                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `crate`",
                 "`nope` in key is not a parameter of `transfer`: use one of `self`, `from`, `to`",
                 "`ttl` cannot be zero: write a positive duration, as in `ttl = \"30s\"`",
                 "unknown `on_busy` value \"maybe\": write `on_busy = \"error\"` or `on_busy = \"skip\"`",
                 "a number alone has no unit: write `wait = \"5s\"` or `wait = \"5ms\"`",
             ]
+        );
+    }
+
+    #[test]
+    fn replicas_takes_a_whole_number() {
+        assert_eq!(plan(quote!(key = "k", ttl = "30s")).unwrap().replicas, 0);
+        let plan_of = |args| plan(args).unwrap().replicas;
+        assert_eq!(plan_of(quote!(key = "k", ttl = "30s", replicas = 2)), 2);
+        assert_eq!(
+            error(quote!(key = "k", ttl = "30s", replicas = -1)),
+            "`replicas` cannot be negative: write how many replicas must acknowledge the lock, as in `replicas = 1`, or remove `replicas` to wait for none"
+        );
+        assert_eq!(
+            error(quote!(key = "k", ttl = "30s", replicas = "1")),
+            "`replicas` takes a number, not a string: write `replicas = 1`"
+        );
+        assert_eq!(
+            error(quote!(key = "k", ttl = "30s", replicas = 1.5)),
+            "`replicas` takes a whole number: write how many replicas must acknowledge the lock, as in `replicas = 1`"
+        );
+        assert_eq!(
+            error(quote!(
+                key = "k",
+                ttl = "30s",
+                wait = "5s",
+                fair,
+                replicas = 1
+            )),
+            "`replicas` cannot be combined with `fair = true`: a fair waiter is handed the key by a release, which nothing waits for the replicas to receive; remove one of them"
         );
     }
 }

@@ -159,6 +159,11 @@ fn prepare(plan: &Plan) -> TokenStream {
         let max_hold = max_hold.to_tokens(krate);
         builder.extend(quote!(.max_hold(#max_hold)));
     }
+    if plan.replicas > 0 {
+        // As a `usize` literal: the runtime takes a count of replicas.
+        let replicas = proc_macro2::Literal::usize_unsuffixed(plan.replicas as usize);
+        builder.extend(quote!(.replicas(#replicas)));
+    }
 
     quote! {
         let #keys_var = #krate::__private::vec![#(#keys),*];

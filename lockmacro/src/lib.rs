@@ -172,6 +172,26 @@ mod snapshots;
 /// `LockError::Lost`). A body stuck on a call that never returns then frees
 /// the key. No cap when not given; it cannot be shorter than `hold_at_least`.
 ///
+/// ## `replicas = 1`
+///
+/// Where the lock server has replicas (a Redis Cluster, or one server with
+/// replicas): after taking the key, wait until this many replicas have it
+/// (Redis `WAIT`), for at most 1 s or a tenth of `ttl`, whichever is
+/// shorter. When fewer acknowledge it in time, the key is given back and the
+/// call fails with `LockError::NotReplicated` (under `on_busy = "skip"`: the
+/// skipped value, logged at error level). A backend that cannot wait for
+/// replicas (Redlock, memory) refuses the call. It makes a failover less
+/// likely to lose the lock, not impossible: see `ObtainOptions::replicas` in
+/// the runtime for what it does and does not guarantee. Not with
+/// `fair = true`. `0`, the default, waits for none.
+///
+/// ```text
+/// #[distributed_lock(key = "payout:{id}", ttl = "30s", replicas = 1)]
+/// async fn pay_out(id: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
 /// ## `crate = "path"`
 ///
 /// Where the runtime crate is, for a crate that re-exports it:

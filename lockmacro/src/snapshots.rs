@@ -111,6 +111,19 @@ fn fair_waiter() {
 }
 
 #[test]
+fn replicated_payout() {
+    snapshot(
+        "replicated_payout",
+        quote!(key = "payout:{id}", ttl = "30s", replicas = 2),
+        quote! {
+            async fn pay_out(id: u64) -> Result<(), PayoutError> {
+                send(id).await
+            }
+        },
+    );
+}
+
+#[test]
 fn method_with_every_argument() {
     snapshot(
         "method_with_every_argument",

@@ -7,5 +7,7 @@
 mod support;
 
 mod cluster;
+mod cluster_failover;
 mod redlock;
+mod replicas;
 mod witness;

@@ -12,6 +12,7 @@
 mod support;
 
 mod chaos;
+mod failover;
 mod lease;
 mod network;
 mod pause;

@@ -9,7 +9,8 @@ use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
     REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
-    acquired, backend_error, install_crypto_provider, millis, open_client, pttl, redact,
+    acknowledged_acquire_pipe, acknowledged_outcome, acquired, backend_error,
+    check_replica_timeout, install_crypto_provider, millis, open_client, pttl, redact,
     refresh_many_cmd, refreshed,
 };
 use super::slot::{check_same_slot, slot};
@@ -21,12 +22,18 @@ use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
 /// Retries of one command inside the cluster client, on redirections and on a
-/// node that cannot be reached. They all fit in the response timeout, which
-/// bounds the whole command.
+/// node that cannot be reached. The client counts retries rather than time,
+/// and these run out within about a second, before a failover is over: the
+/// backend then sends the command again itself (see [`ClusterBackend::follow`])
+/// until its budget, the response timeout, is spent.
 const RETRIES: u32 = 8;
 /// Bounds of the cluster client's randomised wait between two retries, in
 /// milliseconds: short, so that a failover is noticed soon after it happened.
 const RETRY_WAIT_MS: (u64, u64) = (10, 250);
+/// The pause before the backend sends a command again after the cluster
+/// client gave up on a failover's passing error: the client has just slept
+/// between its own retries, so this only keeps the loop from spinning.
+const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
 
 /// Locks on a Redis Cluster.
 ///
@@ -72,11 +79,25 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 /// so are the fence counter's latest increments. Another client can then take
 /// the lock while the first still believes it holds it, until its next
 /// refresh finds the key gone. Where a failover must not lose a lock, use
-/// [`RedlockBackend`](super::RedlockBackend). Calls made while the failover is
-/// in progress fail with [`LockError::Backend`] after the response timeout, or
-/// succeed if the new master takes over in time. A release that fails this
-/// way leaves the key locked until its ttl runs out, as on any backend that
-/// cannot be reached: keep ttls short enough for that wait.
+/// [`RedlockBackend`](super::RedlockBackend).
+///
+/// Calls made while a failover is in progress are sent again until the new
+/// master answers, within a budget of one [response
+/// timeout](RedisConfig::response_timeout) per call (3 s by default): the
+/// redirections (`MOVED`, `ASK`) and the passing errors of a failover
+/// (`TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `LOADING`, a refused
+/// connection to the dead master) are never returned while the budget lasts.
+/// When no master serves the key's slot for longer than that, the call fails
+/// with [`BackendErrorKind::Timeout`] and a message that names the slot and
+/// the cluster's last answer. A failover takes about two
+/// `cluster-node-timeout`s (15 s each by default) plus an election: to ride
+/// one out, make the response timeout longer than that, or lower the node
+/// timeout. Sending again is safe: the acquire script reports `Obtained` to
+/// a retry of the same value (and mints no second fencing token), refresh and
+/// release act only on the caller's token, so a release never deletes a key
+/// someone else took meanwhile. A release that fails this way leaves the key
+/// locked until its ttl runs out, as on any backend that cannot be reached:
+/// keep ttls short enough for that wait.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
@@ -89,10 +110,19 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 #[derive(Clone)]
 pub struct ClusterBackend {
     conn: ClusterConnection,
+    /// How long one call may keep sending its command while the cluster
+    /// fails over: the response timeout.
+    budget: Duration,
     /// `redis cluster 10.0.0.1:6379,10.0.0.2:6379`: names it in error messages.
     name: String,
     /// Subscribes on one of the seed nodes.
     wakeups: Arc<Wakeups>,
+    /// Opens the connection of the acquires that wait for replicas.
+    client: redis::cluster::ClusterClient,
+    /// That connection, opened on the first such acquire: `WAIT` holds up
+    /// its connection to the node until the replicas answer, and would hold
+    /// up every other call to that node on the shared one.
+    acknowledged: Arc<tokio::sync::OnceCell<ClusterConnection>>,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -207,8 +237,11 @@ impl ClusterBackend {
         let wakeups = Arc::new(Wakeups::new(servers, &config, true));
         Ok(ClusterBackend {
             conn,
+            budget: config.response_timeout,
             name,
             wakeups,
+            client,
+            acknowledged: Arc::default(),
         })
     }
 
@@ -225,23 +258,152 @@ impl ClusterBackend {
             command.arg(body).arg(keys.len()).arg(keys).arg(args);
             command
         };
-        let mut conn = self.conn.clone();
-        let reply = match command("EVALSHA", script.get_hash())
-            .query_async(&mut conn)
-            .await
-        {
-            // `Script::invoke_async` would send `SCRIPT LOAD`, which the
-            // cluster client broadcasts to every node and which fails while
-            // any node is down: exactly when a promoted replica needs it.
-            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                command("EVAL", source).query_async(&mut conn).await
-            }
-            other => other,
-        };
-        reply.map_err(|err| {
-            backend_error(&self.name, &format!("{what} `{}`", keys.join("`, `")), err).into()
+        let reply = self
+            .follow(keys, |mut conn| {
+                let (evalsha, eval) = (
+                    command("EVALSHA", script.get_hash()),
+                    command("EVAL", source),
+                );
+                async move {
+                    match evalsha.query_async(&mut conn).await {
+                        // `Script::invoke_async` would send `SCRIPT LOAD`, which the
+                        // cluster client broadcasts to every node and which fails while
+                        // any node is down: exactly when a promoted replica needs it.
+                        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                            eval.query_async(&mut conn).await
+                        }
+                        other => other,
+                    }
+                }
+            })
+            .await;
+        reply.map_err(|failure| {
+            failure
+                .into_error(&self.name, &format!("{what} `{}`", keys.join("`, `")))
+                .into()
         })
     }
+
+    /// Runs `attempt` on the cluster connection, again and again while it
+    /// fails with a failover's passing error, until it gives another answer
+    /// or the budget (the response timeout) is spent.
+    ///
+    /// The cluster client follows redirections itself, but a fixed number of
+    /// times: while a master is dead and not yet replaced, its replica
+    /// redirects to it (`MOVED`), the dead master refuses the connection,
+    /// the other nodes answer `CLUSTERDOWN`, and the client's retries run out
+    /// in about a second, returning the last of those errors. Sending the
+    /// whole command again starts the client's count afresh, on the slot map
+    /// it has reloaded meanwhile.
+    async fn follow<T, F, Fut>(&self, keys: &[String], attempt: F) -> Result<T, Failure>
+    where
+        F: FnMut(ClusterConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        self.follow_on(&self.conn, keys, attempt).await
+    }
+
+    /// [`follow`](Self::follow) on the connection `conn`.
+    async fn follow_on<T, F, Fut>(
+        &self,
+        conn: &ClusterConnection,
+        keys: &[String],
+        mut attempt: F,
+    ) -> Result<T, Failure>
+    where
+        F: FnMut(ClusterConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.budget;
+        let mut last = None;
+        loop {
+            match tokio::time::timeout_at(deadline, attempt(conn.clone())).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(err)) if passing(&err) => {
+                    if tokio::time::Instant::now() + FOLLOW_PAUSE >= deadline {
+                        return Err(self.spent(keys, Some(err)));
+                    }
+                    tracing::debug!(target: "lockmacro", error = %err, "cluster reconfiguring; sending again");
+                    last = Some(err);
+                    tokio::time::sleep(FOLLOW_PAUSE).await;
+                }
+                Ok(Err(err)) => return Err(Failure::Redis(err)),
+                Err(_) => return Err(self.spent(keys, last)),
+            }
+        }
+    }
+
+    /// The failure of a call whose budget ran out; `last` is the cluster's
+    /// last answer, if it gave one.
+    fn spent(&self, keys: &[String], last: Option<redis::RedisError>) -> Failure {
+        Failure::Spent {
+            slot: keys.first().map(|key| slot(key)),
+            budget: self.budget,
+            last,
+        }
+    }
+}
+
+/// Why a call on the cluster failed.
+#[derive(Debug, Clone)]
+enum Failure {
+    /// An answer that sending again would not change.
+    Redis(redis::RedisError),
+    /// The budget ran out while the slot had no master that answered.
+    Spent {
+        slot: Option<u16>,
+        budget: Duration,
+        last: Option<redis::RedisError>,
+    },
+}
+
+impl Failure {
+    fn into_error(self, server: &str, what: &str) -> BackendError {
+        match self {
+            Failure::Redis(err) => backend_error(server, what, err),
+            Failure::Spent { slot, budget, last } => {
+                let slot = slot.map_or_else(String::new, |slot| format!(" {slot}"));
+                let message = match &last {
+                    Some(last) => format!(
+                        "no master of slot{slot} answered within the response timeout \
+                         ({budget:?}): the cluster is failing over or has lost the slot; its \
+                         last answer: {last}"
+                    ),
+                    // A node that took the command and never answered.
+                    None => format!(
+                        "no master of slot{slot} answered within the response timeout \
+                         ({budget:?})"
+                    ),
+                };
+                let error = BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("{server}: {what}"),
+                    message,
+                );
+                match last {
+                    Some(last) => error.with_source(last),
+                    None => error,
+                }
+            }
+        }
+    }
+}
+
+/// True for the errors a cluster gives while it fails over or moves a slot,
+/// which the same command sent a little later gets past.
+fn passing(err: &redis::RedisError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::BusyLoading
+        ) | ErrorKind::ClusterConnectionNotFound
+    ) || err.is_connection_refusal()
 }
 
 impl ClusterBackend {
@@ -250,17 +412,34 @@ impl ClusterBackend {
         &self,
         requests: Vec<&RefreshRequest<'_>>,
     ) -> Vec<Result<bool, LockError>> {
-        let mut conn = self.conn.clone();
-        let mut reply = refresh_many_cmd("EVALSHA", REFRESH_MANY.get_hash(), &requests)
-            .query_async(&mut conn)
+        let keys = requests.first().map(|req| req.keys).unwrap_or_default();
+        let reply = self
+            .follow(keys, |mut conn| {
+                let evalsha = refresh_many_cmd("EVALSHA", REFRESH_MANY.get_hash(), &requests);
+                let eval = refresh_many_cmd("EVAL", REFRESH_MANY_LUA, &requests);
+                async move {
+                    match evalsha.query_async(&mut conn).await {
+                        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                            eval.query_async(&mut conn).await
+                        }
+                        other => other,
+                    }
+                }
+            })
             .await;
-        if let Err(err) = &reply
-            && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
-        {
-            reply = refresh_many_cmd("EVAL", REFRESH_MANY_LUA, &requests)
-                .query_async(&mut conn)
-                .await;
-        }
+        let reply = match reply {
+            Ok(flags) => Ok(flags),
+            Err(Failure::Redis(err)) => Err(err),
+            Err(spent) => {
+                return requests
+                    .iter()
+                    .map(|req| {
+                        let what = format!("refresh `{}`", req.keys.join("`, `"));
+                        Err(spent.clone().into_error(&self.name, &what).into())
+                    })
+                    .collect();
+            }
+        };
         refreshed(reply, &requests, &self.name)
     }
 }
@@ -281,6 +460,9 @@ impl Backend for ClusterBackend {
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(async move {
             check_same_slot(req.keys, req.fence_key)?;
+            if req.replicas > 0 {
+                return self.acquire_acknowledged(req).await;
+            }
             let mut keys = req.keys.to_vec();
             keys.extend(req.fence_key.map(str::to_owned));
             let n = req.keys.len().to_string();
@@ -434,5 +616,50 @@ impl Backend for ClusterBackend {
 
     fn listening(&self, key: &str) -> bool {
         self.wakeups.subscribed(key)
+    }
+
+    fn acknowledges_replicas(&self) -> bool {
+        true
+    }
+}
+
+impl ClusterBackend {
+    /// An acquire that waits for `req.replicas` replicas of the key's
+    /// master; gives the keys back when fewer acknowledge them in time. The
+    /// acquire and its `WAIT` go in one pipeline to the slot's master, and
+    /// are sent again together when the slot moves.
+    async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        let what = || format!("obtain `{}`", req.keys.join("`, `"));
+        check_replica_timeout(&req, self.budget, &self.name)?;
+        let conn = self
+            .acknowledged
+            .get_or_try_init(|| self.client.get_async_connection())
+            .await
+            .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
+        let pipe = acknowledged_acquire_pipe(&req);
+        let mut keys = req.keys.to_vec();
+        keys.extend(req.fence_key.map(str::to_owned));
+        let (reply, acked): (Vec<i64>, usize) = self
+            .follow_on(conn, &keys, |mut conn| {
+                let pipe = pipe.clone();
+                async move { pipe.query_async(&mut conn).await }
+            })
+            .await
+            .map_err(|failure| LockError::from(failure.into_error(&self.name, &what())))?;
+        match acknowledged_outcome(&reply, acked, &req, &self.name)? {
+            Ok(outcome) => Ok(outcome),
+            Err(acked) => {
+                if let Err(err) = self.release(req.keys, req.token()).await {
+                    tracing::warn!(target: "lockmacro", server = %self.name, error = %err,
+                        "could not give back a lock the replicas did not acknowledge; it expires with its ttl");
+                }
+                Err(LockError::NotReplicated {
+                    key: req.keys[0].clone(),
+                    wanted: req.replicas,
+                    acknowledged: acked,
+                    timeout: req.replica_timeout,
+                })
+            }
+        }
     }
 }

@@ -54,6 +54,13 @@ pub struct AcquireRequest<'a> {
     /// attempts) for at most this long. `Duration::ZERO` respects the queue
     /// without joining it. `None`: an ordinary attempt.
     pub queue_for: Option<Duration>,
+    /// Replicas that must acknowledge the keys once taken (`0`: none); see
+    /// [`Backend::acknowledges_replicas`]. A backend that takes the keys but
+    /// hears fewer acknowledgements gives the keys back and fails with
+    /// [`LockError::NotReplicated`].
+    pub replicas: usize,
+    /// How long to wait for those acknowledgements.
+    pub replica_timeout: Duration,
 }
 
 impl AcquireRequest<'_> {
@@ -229,6 +236,14 @@ pub trait Backend: Send + Sync + 'static {
         let _ = key;
         false
     }
+
+    /// True when the backend honours [`AcquireRequest::replicas`]: it waits
+    /// for that many replicas of the server that took the keys. False by
+    /// default: a [`Locker`](crate::Locker) refuses obtains that ask for
+    /// replicas on such a backend, rather than let them go unreplicated.
+    fn acknowledges_replicas(&self) -> bool {
+        false
+    }
 }
 
 /// Interest in the releases of one key; see [`Backend::listen`].
@@ -398,6 +413,10 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
 
     fn listening(&self, key: &str) -> bool {
         (**self).listening(key)
+    }
+
+    fn acknowledges_replicas(&self) -> bool {
+        (**self).acknowledges_replicas()
     }
 }
 

@@ -374,6 +374,8 @@ pub struct RedisBackend {
     /// `redis 127.0.0.1:6379`: names the server in error messages.
     name: String,
     wakeups: Arc<Wakeups>,
+    /// The connection of the acquires that wait for replicas.
+    acknowledged: Arc<Acknowledged>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -398,10 +400,12 @@ impl RedisBackend {
         // The pub/sub connection goes to the server that holds the keys: when
         // it freezes, nothing can be locked anyway.
         let wakeups = Arc::new(Wakeups::new(vec![client], &config, false));
+        let acknowledged = Arc::new(Acknowledged::new(url, &config));
         Ok(RedisBackend {
             conn,
             name,
             wakeups,
+            acknowledged,
         })
     }
 
@@ -1185,6 +1189,9 @@ impl Backend for RedisBackend {
         req: AcquireRequest<'a>,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(async move {
+            if req.replicas > 0 {
+                return self.acquire_acknowledged(req).await;
+            }
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);
             if let Some(wait) = req.queue_for {
@@ -1301,6 +1308,138 @@ impl Backend for RedisBackend {
 
     fn listening(&self, key: &str) -> bool {
         self.wakeups.subscribed(key)
+    }
+
+    fn acknowledges_replicas(&self) -> bool {
+        true
+    }
+}
+
+/// The connection on which [`RedisBackend`] sends the acquires that wait for
+/// replicas, opened on the first one. `WAIT` holds up its connection until
+/// the replicas answer or the bound passes: on the shared connection it would
+/// hold up every other call, the watchdog's refreshes among them.
+pub(super) struct Acknowledged {
+    url: String,
+    config: RedisConfig,
+    conn: tokio::sync::OnceCell<ConnectionManager>,
+}
+
+impl Acknowledged {
+    fn new(url: &str, config: &RedisConfig) -> Self {
+        Acknowledged {
+            url: url.to_owned(),
+            config: config.clone(),
+            conn: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+/// The acquire script (`EVAL`, keys, args) followed by `WAIT replicas
+/// timeout` in one pipeline: `WAIT` counts the writes of its own connection,
+/// so both must go on the same one, with nothing in between that could be a
+/// reconnection. `EVAL` rather than `EVALSHA`: a `NOSCRIPT` in the middle of
+/// a pipeline would need the pair sent again, and `EVAL` caches the script
+/// all the same.
+pub(super) fn acknowledged_acquire_pipe(req: &AcquireRequest<'_>) -> redis::Pipeline {
+    let mut keys: Vec<&str> = req.keys.iter().map(String::as_str).collect();
+    keys.extend(req.fence_key);
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVAL")
+        .arg(ACQUIRE_LUA)
+        .arg(keys.len())
+        .arg(&keys)
+        .arg(req.value)
+        .arg(millis(req.ttl))
+        .arg(req.keys.len())
+        .cmd("WAIT")
+        .arg(req.replicas)
+        // `WAIT` with 0 waits for ever: the locker never asks for less than
+        // 1 ms.
+        .arg(req.replica_timeout.as_millis().max(1));
+    pipe
+}
+
+/// Refuses a replica wait that the response timeout would cut short: the
+/// call would fail as a timeout with the lock taken and nobody to give it
+/// back.
+pub(super) fn check_replica_timeout(
+    req: &AcquireRequest<'_>,
+    response_timeout: Duration,
+    server: &str,
+) -> Result<(), LockError> {
+    if req.replica_timeout < response_timeout {
+        return Ok(());
+    }
+    Err(BackendError::new(
+        BackendErrorKind::Other,
+        format!("{server}: obtain `{}`", req.keys.join("`, `")),
+        format!(
+            "the replica wait ({:?}) is not shorter than the response timeout ({response_timeout:?}), \
+             which would end the call first; shorten `ObtainOptions::replica_timeout` or \
+             lengthen `RedisConfig::response_timeout`",
+            req.replica_timeout
+        ),
+    )
+    .into())
+}
+
+/// What an acquire followed by `WAIT` came to: `Busy` as it is, `Obtained`
+/// if enough replicas acknowledged, else `Err(acknowledged)`.
+pub(super) fn acknowledged_outcome(
+    reply: &[i64],
+    acknowledged: usize,
+    req: &AcquireRequest<'_>,
+    server: &str,
+) -> Result<Result<Acquired, usize>, LockError> {
+    match acquired(reply, req.fence_key.is_some(), server)? {
+        Acquired::Obtained { .. } if acknowledged < req.replicas => Ok(Err(acknowledged)),
+        outcome => Ok(Ok(outcome)),
+    }
+}
+
+impl RedisBackend {
+    /// An acquire that waits for `req.replicas` replicas; gives the keys
+    /// back when fewer acknowledge them in time.
+    async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        let what = || format!("obtain `{}`", req.keys.join("`, `"));
+        let acknowledged = &self.acknowledged;
+        check_replica_timeout(&req, acknowledged.config.response_timeout, &self.name)?;
+        let conn = acknowledged
+            .conn
+            .get_or_try_init(|| async {
+                open_manager(&acknowledged.url, &acknowledged.config)
+                    .await
+                    .map(|(_, conn, _)| conn)
+            })
+            .await?;
+        let pipe = acknowledged_acquire_pipe(&req);
+        let mut conn = conn.clone();
+        let (reply, acked): (Vec<i64>, usize) = match pipe.query_async(&mut conn).await {
+            // As `invoke` does: the pair is safe to send again, the acquire
+            // accepting a retry of the same value.
+            Err(err) if err.is_connection_dropped() => {
+                tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
+                pipe.query_async(&mut conn).await
+            }
+            other => other,
+        }
+        .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
+        match acknowledged_outcome(&reply, acked, &req, &self.name)? {
+            Ok(outcome) => Ok(outcome),
+            Err(acked) => {
+                if let Err(err) = self.release(req.keys, req.token()).await {
+                    tracing::warn!(target: "lockmacro", server = %self.name, error = %err,
+                        "could not give back a lock the replicas did not acknowledge; it expires with its ttl");
+                }
+                Err(LockError::NotReplicated {
+                    key: req.keys[0].clone(),
+                    wanted: req.replicas,
+                    acknowledged: acked,
+                    timeout: req.replica_timeout,
+                })
+            }
+        }
     }
 }
 

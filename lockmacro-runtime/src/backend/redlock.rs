@@ -542,6 +542,8 @@ impl Backend for RedlockBackend {
                             ttl,
                             fence_key: fence_key.as_deref(),
                             queue_for: None,
+                            replicas: 0,
+                            replica_timeout: Duration::ZERO,
                         };
                         Ok(match backend.acquire(req).await? {
                             Acquired::Obtained { fence } => Answer::Yes(fence),
