@@ -463,13 +463,30 @@ async fn two_frozen_masters_of_five_do_not_slow_down_obtain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_majority_that_answers_after_the_validity_is_no_lock() {
     let masters = RedisServer::start_many(3);
-    let locker = locker(&masters).await;
-    // The drift alone (1% + 2 ms) exceeds this ttl: every master grants it,
-    // but no answer can come while the lease is still valid.
+    let proxies: Vec<Proxy> = masters.iter().map(Proxy::in_front_of).collect();
+    let locker = ok(
+        &masters,
+        Locker::redlock(proxies.iter().map(Proxy::url)).await,
+        "connect through the proxies",
+    );
+    // Loads the scripts, so that each master needs one request.
+    let warm = ok(
+        &masters,
+        locker.obtain("warm", LONG, ObtainOptions::new()).await,
+        "warm up",
+    );
+    ok(&masters, warm.release().await, "warm up");
+    // 20 ms round trips, within the per-master timeout (at least 50 ms), to
+    // take a 10 ms lease: every master grants it, but no answer can come
+    // while the lease is still valid.
+    for proxy in &proxies {
+        proxy.latency(Duration::from_millis(10));
+    }
     let err = locker
-        .obtain("job", Duration::from_millis(2), ObtainOptions::new())
+        .obtain("job", Duration::from_millis(10), ObtainOptions::new())
         .await
         .unwrap_err();
+    proxies.iter().for_each(Proxy::heal);
     assert!(err.is_not_obtained(), "{err:?}");
 }
 
