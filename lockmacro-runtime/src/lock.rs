@@ -6,6 +6,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, TOKEN_LEN};
+use crate::metrics;
 use crate::watchdog::Watchdog;
 use crate::{LockError, Locker};
 
@@ -146,9 +147,23 @@ impl Lease {
         self.lost.load(Ordering::Acquire) || Instant::now() >= self.timing().deadline
     }
 
+    /// The labels of this lease's metrics.
+    pub(crate) fn labels(&self) -> metrics::Labels<'_> {
+        // The namespace is what the wire key adds in front of the key.
+        let namespace = self.namespaced.as_deref().map_or("", |wire| {
+            let prefix = &wire[0][..wire[0].len() - self.keys[0].len()];
+            prefix.strip_suffix(':').unwrap_or(prefix)
+        });
+        metrics::Labels {
+            backend: self.backend.name(),
+            namespace,
+        }
+    }
+
     pub(crate) fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
             tracing::warn!(target: "lockmacro", key = %self.key(), "lease lost");
+            metrics::lost(self.labels());
         }
         self.lost_notify.notify_waiters();
     }
@@ -209,6 +224,7 @@ impl Lease {
         let released = self.backend.release(self.wire_keys(), self.token()).await?;
         if released {
             tracing::debug!(target: "lockmacro", key = %self.key(), "released");
+            metrics::released(self.labels());
             Ok(())
         } else {
             tracing::debug!(target: "lockmacro", key = %self.key(), "release found the lock no longer held");
@@ -225,6 +241,12 @@ impl Lease {
             .ok_or_else(|| LockError::NotHeld {
                 key: self.key().to_owned(),
             })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        metrics::ended(self.labels(), self.acquired_at.elapsed());
     }
 }
 

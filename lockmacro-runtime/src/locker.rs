@@ -11,6 +11,7 @@ use crate::backend::{
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::lock::{Lease, Timing};
+use crate::metrics;
 use crate::options::Fencing;
 use crate::watchdog::Watchdog;
 use crate::{
@@ -332,8 +333,13 @@ impl Locker {
         let drift = self.backend().drift(ttl);
         // `sent`: when the request that confirmed the lease was sent, from
         // which its local deadline counts.
+        let labels = metrics::Labels {
+            backend: self.backend().name(),
+            namespace: self.namespace(),
+        };
         let lock = |claim: &mut Claim, fence: Option<u64>, acquired_at: Instant, sent: Instant| {
             claim.armed = false;
+            metrics::obtained(labels, start.elapsed());
             let hold_until = opts.max_hold.map(|hold| acquired_at + hold);
             Lock {
                 watchdog: self.shared.watchdog.clone(),
@@ -413,8 +419,11 @@ impl Locker {
                 Acquired::Busy { index, remaining } => (index, remaining),
             };
             claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
-            let busy = || LockError::NotObtained {
-                key: keys.get(index).unwrap_or(&keys[0]).clone(),
+            let busy = || {
+                metrics::busy(labels, start.elapsed());
+                LockError::NotObtained {
+                    key: keys.get(index).unwrap_or(&keys[0]).clone(),
+                }
             };
             let Some(mut delay) = opts.retry.delay_after(attempts) else {
                 tracing::debug!(target: "lockmacro", attempts, "busy");

@@ -454,6 +454,10 @@ fn local_queue(key: &str) -> Option<String> {
 }
 
 impl Backend for ClusterBackend {
+    fn name(&self) -> &'static str {
+        "cluster"
+    }
+
     fn acquire<'a>(
         &'a self,
         req: AcquireRequest<'a>,

@@ -309,6 +309,10 @@ fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
 }
 
 impl Backend for MemoryBackend {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
     fn acquire<'a>(
         &'a self,
         req: AcquireRequest<'a>,

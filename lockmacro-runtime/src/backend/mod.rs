@@ -206,6 +206,12 @@ pub trait Backend: Send + Sync + 'static {
         Box::pin(std::future::ready(ReleaseListener::deaf()))
     }
 
+    /// A short name for logs and metrics (the `backend` label): `redis`,
+    /// `cluster`, `redlock`, `memory`; `custom` by default.
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+
     /// True when the backend queues fair attempts
     /// ([`AcquireRequest::queue_for`]) and its releases hand the key to the
     /// head of the queue. False by default: a [`Locker`](crate::Locker)
@@ -393,6 +399,10 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
 
     fn drift(&self, ttl: Duration) -> Duration {
         (**self).drift(ttl)
+    }
+
+    fn name(&self) -> &'static str {
+        (**self).name()
     }
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {

@@ -1184,6 +1184,10 @@ pub(super) fn acquired(reply: &[i64], fenced: bool, server: &str) -> Result<Acqu
 }
 
 impl Backend for RedisBackend {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
     fn acquire<'a>(
         &'a self,
         req: AcquireRequest<'a>,

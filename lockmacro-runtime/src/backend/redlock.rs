@@ -520,6 +520,10 @@ fn release_op(
 }
 
 impl Backend for RedlockBackend {
+    fn name(&self) -> &'static str {
+        "redlock"
+    }
+
     fn acquire<'a>(
         &'a self,
         req: AcquireRequest<'a>,

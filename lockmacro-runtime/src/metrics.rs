@@ -1,0 +1,90 @@
+//! Counters, histograms and a gauge through the [`metrics`] facade, with the
+//! `metrics` feature; without it, every function here does nothing.
+//!
+//! Every metric is labelled with `backend` ([`Backend::name`]) and
+//! `namespace` (the locker's namespace, empty without one): both are set in
+//! code, so the number of series stays bounded whatever the keys are.
+//!
+//! [`Backend::name`]: crate::Backend::name
+//! [`metrics`]: https://docs.rs/metrics
+
+use std::time::Duration;
+
+/// The labels of every metric of one lease or locker.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct Labels<'a> {
+    pub(crate) backend: &'static str,
+    pub(crate) namespace: &'a str,
+}
+
+#[cfg(feature = "metrics")]
+impl Labels<'_> {
+    fn pairs(self) -> [(&'static str, String); 2] {
+        [
+            ("backend", self.backend.to_owned()),
+            ("namespace", self.namespace.to_owned()),
+        ]
+    }
+}
+
+/// A lock was obtained after waiting `waited`.
+pub(crate) fn obtained(at: Labels<'_>, waited: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let labels = at.pairs();
+        metrics::counter!("lockmacro_obtained_total", &labels).increment(1);
+        metrics::histogram!("lockmacro_wait_seconds", &labels).record(waited.as_secs_f64());
+        metrics::gauge!("lockmacro_leases_held", &labels).increment(1.0);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, waited);
+}
+
+/// An obtain gave up after waiting `waited`: the key is held by someone else.
+pub(crate) fn busy(at: Labels<'_>, waited: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let labels = at.pairs();
+        metrics::counter!("lockmacro_busy_total", &labels).increment(1);
+        metrics::histogram!("lockmacro_wait_seconds", &labels).record(waited.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, waited);
+}
+
+/// A lease was given back by its owner.
+pub(crate) fn released(at: Labels<'_>) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockmacro_released_total", &at.pairs()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = at;
+}
+
+/// A lease was declared lost.
+pub(crate) fn lost(at: Labels<'_>) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockmacro_lost_total", &at.pairs()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = at;
+}
+
+/// A lease's refresh could not be sent or answered.
+pub(crate) fn refresh_failed(at: Labels<'_>) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockmacro_refresh_failures_total", &at.pairs()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = at;
+}
+
+/// A lease is gone after `held`, however it ended.
+pub(crate) fn ended(at: Labels<'_>, held: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let labels = at.pairs();
+        metrics::histogram!("lockmacro_hold_seconds", &labels).record(held.as_secs_f64());
+        metrics::gauge!("lockmacro_leases_held", &labels).decrement(1.0);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, held);
+}

@@ -1,0 +1,134 @@
+//! The `metrics` feature: a scripted sequence of obtains, a busy key, a
+//! release, a lease lost to `max_hold` and one lost while Redis is frozen,
+//! read back through a recorder from `metrics-util`.
+//!
+//! One test in its own binary: the recorder is process-wide.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lockmacro_runtime::{Locker, ObtainOptions, RedisBackend, RedisConfig};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+use crate::support::RedisServer;
+
+/// What the recorder was given for one backend and namespace, summed over
+/// snapshots (each snapshot hands over what came since the last one):
+/// counters and gauges by value, histograms by number of samples.
+struct Recorded {
+    snapshotter: Snapshotter,
+    namespace: &'static str,
+    totals: HashMap<String, f64>,
+}
+
+impl Recorded {
+    fn install(namespace: &'static str) -> Self {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this process");
+        Recorded {
+            snapshotter,
+            namespace,
+            totals: HashMap::new(),
+        }
+    }
+
+    /// The totals so far.
+    fn read(&mut self) -> &HashMap<String, f64> {
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let label = |name: &str| {
+                key.labels()
+                    .find(|label| label.key() == name)
+                    .map(|label| label.value().to_owned())
+            };
+            assert_eq!(label("backend").as_deref(), Some("redis"), "{key:?}");
+            if label("namespace").as_deref() != Some(self.namespace) {
+                continue;
+            }
+            let value = match value {
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Gauge(x) => x.into_inner(),
+                DebugValue::Histogram(samples) => samples.len() as f64,
+            };
+            *self.totals.entry(key.name().to_owned()).or_default() += value;
+        }
+        &self.totals
+    }
+
+    fn get(&mut self, name: &str) -> f64 {
+        self.read().get(name).copied().unwrap_or(0.0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_sequence_is_counted() {
+    let mut recorded = Recorded::install("billing");
+    let server = RedisServer::start();
+    let config = RedisConfig::default().response_timeout(Duration::from_millis(200));
+    let locker = Locker::new(server.expect_ok(
+        RedisBackend::connect_with(&server.url(), config).await,
+        "connect",
+    ))
+    .with_namespace("billing");
+    let other = server
+        .expect_ok(Locker::connect(&server.url()).await, "connect")
+        .with_namespace("billing");
+    let ttl = Duration::from_secs(1);
+
+    let lock = server.expect_ok(
+        locker.obtain("a", ttl, ObtainOptions::new()).await,
+        "obtain",
+    );
+    assert_eq!(recorded.get("lockmacro_obtained_total"), 1.0);
+    assert_eq!(recorded.get("lockmacro_leases_held"), 1.0);
+    assert_eq!(recorded.get("lockmacro_wait_seconds"), 1.0);
+
+    let busy = other.obtain("a", ttl, ObtainOptions::new()).await;
+    assert!(busy.is_err_and(|err| err.is_not_obtained()));
+    assert_eq!(recorded.get("lockmacro_busy_total"), 1.0);
+    assert_eq!(recorded.get("lockmacro_wait_seconds"), 2.0);
+
+    server.expect_ok(lock.release().await, "release");
+    assert_eq!(recorded.get("lockmacro_released_total"), 1.0);
+    assert_eq!(recorded.get("lockmacro_leases_held"), 0.0);
+    assert_eq!(recorded.get("lockmacro_hold_seconds"), 1.0);
+
+    // Lost to max_hold: no refresh failed.
+    let capped = ObtainOptions::new().max_hold(Duration::from_millis(300));
+    let guard = server
+        .expect_ok(locker.obtain("b", ttl, capped).await, "obtain")
+        .keep_alive();
+    guard.lost().await;
+    assert_eq!(recorded.get("lockmacro_lost_total"), 1.0);
+    assert_eq!(recorded.get("lockmacro_refresh_failures_total"), 0.0);
+    drop(guard);
+
+    // Lost while Redis is frozen: its refreshes time out first.
+    let guard = server
+        .expect_ok(
+            locker.obtain("c", ttl, ObtainOptions::new()).await,
+            "obtain",
+        )
+        .keep_alive();
+    server.pause();
+    guard.lost().await;
+    server.resume();
+    drop(guard);
+    assert_eq!(recorded.get("lockmacro_lost_total"), 2.0);
+    assert!(recorded.get("lockmacro_refresh_failures_total") >= 1.0);
+    assert_eq!(recorded.get("lockmacro_obtained_total"), 3.0);
+
+    // The other namespace's obtain and busy are apart.
+    let unlabelled = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let lock = server.expect_ok(
+        unlabelled.obtain("a", ttl, ObtainOptions::new()).await,
+        "obtain",
+    );
+    server.expect_ok(lock.release().await, "release");
+    assert_eq!(recorded.get("lockmacro_obtained_total"), 3.0);
+}
