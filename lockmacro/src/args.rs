@@ -12,21 +12,32 @@ use crate::errors::Errors;
 use crate::key::{Key, Params};
 use crate::policy::{OnBusy, OnLost};
 
-mod kw {
-    syn::custom_keyword!(key);
-    syn::custom_keyword!(keys);
-    syn::custom_keyword!(ttl);
-    syn::custom_keyword!(on_busy);
-    syn::custom_keyword!(wait);
-    syn::custom_keyword!(fair);
-    syn::custom_keyword!(refresh);
-    syn::custom_keyword!(on_lost);
-    syn::custom_keyword!(fence);
-    syn::custom_keyword!(guard);
-    syn::custom_keyword!(locker);
-    syn::custom_keyword!(hold_at_least);
-    syn::custom_keyword!(max_hold);
-    syn::custom_keyword!(replicas);
+/// Every argument, in the order error messages list them; a flag may also
+/// stand alone (`fence`, `fair`).
+const ARGUMENTS: [(&str, Form); 15] = [
+    ("key", Form::Value),
+    ("keys", Form::Value),
+    ("ttl", Form::Value),
+    ("on_busy", Form::Value),
+    ("wait", Form::Value),
+    ("fair", Form::Flag),
+    ("refresh", Form::Value),
+    ("on_lost", Form::Value),
+    ("fence", Form::Flag),
+    ("guard", Form::Value),
+    ("locker", Form::Value),
+    ("hold_at_least", Form::Value),
+    ("max_hold", Form::Value),
+    ("replicas", Form::Value),
+    ("crate", Form::Value),
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `name = value`.
+    Value,
+    /// `name`, or `name = value`.
+    Flag,
 }
 
 /// One argument as written.
@@ -41,21 +52,9 @@ struct Arg<T> {
 /// The arguments as written, before validation.
 #[derive(Default)]
 pub(crate) struct Args {
-    key: Option<Arg<Expr>>,
-    keys: Option<Arg<Expr>>,
-    ttl: Option<Arg<Expr>>,
-    on_busy: Option<Arg<Expr>>,
-    wait: Option<Arg<Expr>>,
-    fair: Option<Arg<Option<Expr>>>,
-    refresh: Option<Arg<Expr>>,
-    on_lost: Option<Arg<Expr>>,
-    fence: Option<Arg<Option<Expr>>>,
-    guard: Option<Arg<Expr>>,
-    locker: Option<Arg<Expr>>,
-    hold_at_least: Option<Arg<Expr>>,
-    max_hold: Option<Arg<Expr>>,
-    replicas: Option<Arg<Expr>>,
-    krate: Option<Arg<Expr>>,
+    /// By the argument's index in [`ARGUMENTS`]; the value is there unless
+    /// the argument is a flag written alone.
+    given: [Option<Arg<Option<Expr>>>; ARGUMENTS.len()],
     /// Repeated and unknown arguments do not stop the parse, so that they
     /// are reported together with every other mistake.
     errors: Errors,
@@ -93,64 +92,38 @@ impl Parse for Args {
         let mut position = 0;
         while !input.is_empty() {
             position += 1;
-            let lookahead = input.lookahead1();
-            if lookahead.peek(kw::key) {
-                let arg = value::<kw::key, _>(input, position)?;
-                set_once(&mut args.key, "key", arg, &mut args.errors);
-            } else if lookahead.peek(kw::keys) {
-                let arg = value::<kw::keys, _>(input, position)?;
-                set_once(&mut args.keys, "keys", arg, &mut args.errors);
-            } else if lookahead.peek(kw::ttl) {
-                let arg = value::<kw::ttl, _>(input, position)?;
-                set_once(&mut args.ttl, "ttl", arg, &mut args.errors);
-            } else if lookahead.peek(kw::on_busy) {
-                let arg = value::<kw::on_busy, _>(input, position)?;
-                set_once(&mut args.on_busy, "on_busy", arg, &mut args.errors);
-            } else if lookahead.peek(kw::wait) {
-                let arg = value::<kw::wait, _>(input, position)?;
-                set_once(&mut args.wait, "wait", arg, &mut args.errors);
-            } else if lookahead.peek(kw::fair) {
-                let arg = flag::<kw::fair>(input, position)?;
-                set_once(&mut args.fair, "fair", arg, &mut args.errors);
-            } else if lookahead.peek(kw::refresh) {
-                let arg = value::<kw::refresh, _>(input, position)?;
-                set_once(&mut args.refresh, "refresh", arg, &mut args.errors);
-            } else if lookahead.peek(kw::on_lost) {
-                let arg = value::<kw::on_lost, _>(input, position)?;
-                set_once(&mut args.on_lost, "on_lost", arg, &mut args.errors);
-            } else if lookahead.peek(kw::fence) {
-                let arg = flag::<kw::fence>(input, position)?;
-                set_once(&mut args.fence, "fence", arg, &mut args.errors);
-            } else if lookahead.peek(kw::guard) {
-                let arg = value::<kw::guard, _>(input, position)?;
-                set_once(&mut args.guard, "guard", arg, &mut args.errors);
-            } else if lookahead.peek(kw::locker) {
-                let arg = value::<kw::locker, _>(input, position)?;
-                set_once(&mut args.locker, "locker", arg, &mut args.errors);
-            } else if lookahead.peek(kw::hold_at_least) {
-                let arg = value::<kw::hold_at_least, _>(input, position)?;
-                set_once(
-                    &mut args.hold_at_least,
-                    "hold_at_least",
-                    arg,
-                    &mut args.errors,
-                );
-            } else if lookahead.peek(kw::max_hold) {
-                let arg = value::<kw::max_hold, _>(input, position)?;
-                set_once(&mut args.max_hold, "max_hold", arg, &mut args.errors);
-            } else if lookahead.peek(kw::replicas) {
-                let arg = value::<kw::replicas, _>(input, position)?;
-                set_once(&mut args.replicas, "replicas", arg, &mut args.errors);
-            } else if lookahead.peek(Token![crate]) {
-                let arg = value::<Token![crate], _>(input, position)?;
-                set_once(&mut args.krate, "crate", arg, &mut args.errors);
-            } else if input.peek(Ident::peek_any) {
-                // The rest of the list is still checked, so that this
-                // mistake is reported with the others.
-                args.errors.push(unknown_argument(input, lookahead.error()));
-                skip_argument(input)?;
-            } else {
-                return Err(lookahead.error());
+            // `parse_any` so that a keyword such as `crate` or `type` is an
+            // argument name too.
+            let Ok(ident) = input.fork().call(Ident::parse_any) else {
+                return Err(input.error(expected_arguments()));
+            };
+            let name = ident.to_string();
+            match ARGUMENTS.iter().position(|&(known, _)| known == name) {
+                Some(index) => {
+                    input.call(Ident::parse_any)?;
+                    let (name, form) = ARGUMENTS[index];
+                    let value = if form == Form::Flag && !input.peek(Token![=]) {
+                        None
+                    } else {
+                        input.parse::<Token![=]>()?;
+                        Some(input.parse()?)
+                    };
+                    let arg = Arg {
+                        name: ident.span(),
+                        position,
+                        value,
+                    };
+                    set_once(&mut args.given[index], name, arg, &mut args.errors);
+                }
+                None => {
+                    // The rest of the list is still checked, so that this
+                    // mistake is reported with the others.
+                    args.errors.push(Error::new(
+                        ident.span(),
+                        format!("unknown argument `{ident}`, {}", expected_arguments()),
+                    ));
+                    skip_argument(input)?;
+                }
             }
             if input.is_empty() {
                 break;
@@ -161,32 +134,35 @@ impl Parse for Args {
     }
 }
 
-/// `name = value`.
-fn value<K: Parse + Spanned, T: Parse>(input: ParseStream, position: usize) -> syn::Result<Arg<T>> {
-    let name = input.parse::<K>()?.span();
-    input.parse::<Token![=]>()?;
-    let value = input.parse()?;
-    Ok(Arg {
-        name,
-        position,
-        value,
-    })
+/// "expected one of: `key`, `keys`, …"
+fn expected_arguments() -> String {
+    let names: Vec<String> = ARGUMENTS
+        .iter()
+        .map(|(name, _)| format!("`{name}`"))
+        .collect();
+    format!("expected one of: {}", names.join(", "))
 }
 
-/// `name` alone, or `name = value`.
-fn flag<K: Parse + Spanned>(input: ParseStream, position: usize) -> syn::Result<Arg<Option<Expr>>> {
-    let name = input.parse::<K>()?.span();
-    let value = if input.peek(Token![=]) {
-        input.parse::<Token![=]>()?;
-        Some(input.parse()?)
-    } else {
-        None
-    };
-    Ok(Arg {
-        name,
-        position,
-        value,
-    })
+impl Args {
+    /// Takes the argument `name` out, as written.
+    fn take(&mut self, name: &str) -> Option<Arg<Option<Expr>>> {
+        let index = ARGUMENTS
+            .iter()
+            .position(|&(known, _)| known == name)
+            .expect("a name from ARGUMENTS");
+        self.given[index].take()
+    }
+
+    /// Takes the argument `name = value` out.
+    fn take_value(&mut self, name: &str) -> Option<Arg<Expr>> {
+        self.take(name).map(|arg| Arg {
+            name: arg.name,
+            position: arg.position,
+            value: arg
+                .value
+                .expect("`name = value` arguments are parsed with their value"),
+        })
+    }
 }
 
 /// The one place that fills an argument's slot, so that no argument can
@@ -199,18 +175,6 @@ fn set_once<T>(slot: &mut Option<Arg<T>>, name: &str, arg: Arg<T>, errors: &mut 
         ));
     } else {
         *slot = Some(arg);
-    }
-}
-
-/// Names the unknown argument, then lists the valid ones.
-fn unknown_argument(input: ParseStream, expected: Error) -> Error {
-    // `parse_any` so that a keyword such as `type` is named too.
-    match input.fork().call(Ident::parse_any) {
-        Ok(ident) => Error::new(
-            ident.span(),
-            format!("unknown argument `{ident}`, {expected}"),
-        ),
-        Err(_) => expected,
     }
 }
 
@@ -231,10 +195,10 @@ fn skip_argument(input: ParseStream) -> syn::Result<()> {
 impl Args {
     /// Checks every argument against the others and against the function,
     /// reporting all the mistakes at once.
-    pub(crate) fn plan(self, params: &Params) -> syn::Result<Plan> {
-        let mut errors = self.errors;
+    pub(crate) fn plan(mut self, params: &Params) -> syn::Result<Plan> {
+        let mut errors = std::mem::take(&mut self.errors);
 
-        let keys = match (self.key, self.keys) {
+        let keys = match (self.take_value("key"), self.take_value("keys")) {
             (Some(key), Some(keys)) => {
                 let later = if key.position > keys.position {
                     key.name
@@ -260,7 +224,7 @@ impl Args {
             }
         };
 
-        let ttl = match self.ttl {
+        let ttl = match self.take_value("ttl") {
             Some(ttl) => errors.ok(Duration::parse("ttl", ttl.value)),
             None => {
                 errors.push(Error::new(
@@ -271,18 +235,19 @@ impl Args {
             }
         };
 
-        let on_busy = match self.on_busy {
+        let on_busy = match self.take_value("on_busy") {
             Some(arg) => errors.ok(OnBusy::parse(&arg.value)),
             None => Some(OnBusy::Auto),
         };
-        let on_lost = match self.on_lost {
+        let on_lost = match self.take_value("on_lost") {
             Some(arg) => errors.ok(OnLost::parse(&arg.value)),
             None => Some(OnLost::Abort),
         };
 
-        let wait_given = self.wait.is_some();
-        let wait = optional_duration(&mut errors, "wait", self.wait);
-        let refresh = match self.refresh {
+        let wait = self.take_value("wait");
+        let wait_given = wait.is_some();
+        let wait = optional_duration(&mut errors, "wait", wait);
+        let refresh = match self.take_value("refresh") {
             Some(arg) => {
                 let span = arg.value.span();
                 let refresh = errors.ok(Duration::parse("refresh", arg.value));
@@ -293,16 +258,21 @@ impl Args {
             }
             None => Some(None),
         };
-        let hold_at_least = optional_duration(&mut errors, "hold_at_least", self.hold_at_least);
-        let max_hold_span = self.max_hold.as_ref().map(|arg| arg.value.span());
-        let max_hold = optional_duration(&mut errors, "max_hold", self.max_hold);
+        let hold_at_least = optional_duration(
+            &mut errors,
+            "hold_at_least",
+            self.take_value("hold_at_least"),
+        );
+        let max_hold = self.take_value("max_hold");
+        let max_hold_span = max_hold.as_ref().map(|arg| arg.value.span());
+        let max_hold = optional_duration(&mut errors, "max_hold", max_hold);
         if let (Some(span), Some(Some(max_hold)), Some(Some(hold_at_least))) =
             (max_hold_span, &max_hold, &hold_at_least)
         {
             errors.check(check_max_hold(max_hold, hold_at_least, span));
         }
 
-        let fair = match self.fair {
+        let fair = match self.take("fair") {
             Some(arg) => {
                 let name = arg.name;
                 let fair = errors.ok(parse_fair(arg)).unwrap_or(false);
@@ -323,7 +293,7 @@ impl Args {
             None => false,
         };
 
-        let fence = match self.fence {
+        let fence = match self.take("fence") {
             None => Some(Fence::Off),
             Some(Arg { value: None, .. }) => Some(Fence::Derived),
             Some(Arg {
@@ -331,12 +301,12 @@ impl Args {
             }) => errors.ok(parse_fence(value, params)),
         };
 
-        let guard = match self.guard {
+        let guard = match self.take_value("guard") {
             Some(arg) => errors.ok(parse_guard(arg.value)).map(Some),
             None => Some(None),
         };
 
-        let replicas = match self.replicas {
+        let replicas = match self.take_value("replicas") {
             Some(arg) => {
                 let name = arg.name;
                 let replicas = errors.ok(parse_replicas(arg.value)).unwrap_or(0);
@@ -351,58 +321,34 @@ impl Args {
             None => 0,
         };
 
-        let krate = match self.krate {
+        let krate = match self.take_value("crate") {
             Some(arg) => errors.ok(parse_crate(&arg.value)),
             None => Some(syn::parse_quote!(::lockmacro_runtime)),
         };
 
+        let locker = self.take_value("locker").map(|arg| arg.value);
+        // Every argument that failed validation recorded an error: `finish`
+        // returns it, or every part is there.
+        let plan = (|| {
+            Some(Plan {
+                keys: keys?,
+                ttl: ttl?,
+                on_busy: on_busy?,
+                wait: wait?,
+                fair,
+                refresh: refresh?,
+                on_lost: on_lost?,
+                fence: fence?,
+                guard: guard?,
+                locker,
+                hold_at_least: hold_at_least?,
+                max_hold: max_hold?,
+                replicas,
+                krate: krate?,
+            })
+        })();
         errors.finish()?;
-        // `Errors::ok` records an error for every `None`, so `finish` has
-        // already returned unless all of these are there.
-        let (
-            Some(keys),
-            Some(ttl),
-            Some(on_busy),
-            Some(on_lost),
-            Some(wait),
-            Some(refresh),
-            Some(hold_at_least),
-            Some(max_hold),
-            Some(fence),
-            Some(guard),
-            Some(krate),
-        ) = (
-            keys,
-            ttl,
-            on_busy,
-            on_lost,
-            wait,
-            refresh,
-            hold_at_least,
-            max_hold,
-            fence,
-            guard,
-            krate,
-        )
-        else {
-            unreachable!("an argument failed validation without an error");
-        };
-        Ok(Plan {
-            keys,
-            ttl,
-            on_busy,
-            wait,
-            fair,
-            refresh,
-            on_lost,
-            fence,
-            guard,
-            locker: self.locker.map(|arg| arg.value),
-            hold_at_least,
-            max_hold,
-            replicas,
-            krate,
-        })
+        Ok(plan.expect("an argument failed validation without an error"))
     }
 }
 
