@@ -307,8 +307,9 @@ mod watchdog;
 pub mod __private;
 
 pub use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, MemoryBackend, RedisBackend,
-    RedisConfig, RedlockBackend, RefreshRequest, ReleaseListener, TOKEN_LEN,
+    AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, DEFAULT_FENCE_EXPIRY,
+    DEFAULT_GRANT_LEASE, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, RefreshRequest,
+    ReleaseListener, TOKEN_LEN,
 };
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};

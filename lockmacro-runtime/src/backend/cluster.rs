@@ -9,8 +9,8 @@ use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
     REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
-    acquired, backend_error, install_crypto_provider, millis, open_client, pttl, redact,
-    refresh_many_cmd, refreshed,
+    acquired, backend_error, install_crypto_provider, millis, not_a_fence, open_client, pttl,
+    redact, refresh_many_cmd, refreshed,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
@@ -93,6 +93,9 @@ pub struct ClusterBackend {
     name: String,
     /// Subscribes on one of the seed nodes.
     wakeups: Arc<Wakeups>,
+    /// `RedisConfig::fence_expiry` and `grant_lease`, in ms.
+    fence_expiry: String,
+    grant_lease: String,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -209,6 +212,8 @@ impl ClusterBackend {
             conn,
             name,
             wakeups,
+            fence_expiry: millis(config.fence_expiry),
+            grant_lease: millis(config.grant_lease),
         })
     }
 
@@ -297,19 +302,18 @@ impl Backend for ClusterBackend {
                         .to_owned(),
                 })?;
                 let wait = millis(wait);
-                let args = [req.value, &ttl, &wait, &queue];
+                let expiry = self.fence_expiry.as_str();
+                let args = [req.value, &ttl, &wait, &queue, expiry, &self.grant_lease];
                 let script = (&*ACQUIRE_FAIR, ACQUIRE_FAIR_LUA);
-                let reply: Vec<i64> = self.invoke("obtain", &keys, script, &args).await?;
+                let reply: Result<Vec<i64>, _> = self.invoke("obtain", &keys, script, &args).await;
+                let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
                 return acquired(&reply, req.fence_key.is_some(), &self.name);
             }
-            let reply: Vec<i64> = self
-                .invoke(
-                    "obtain",
-                    &keys,
-                    (&ACQUIRE, ACQUIRE_LUA),
-                    &[req.value, &ttl, &n],
-                )
-                .await?;
+            let args = [req.value, &ttl, &n, &self.fence_expiry];
+            let reply: Result<Vec<i64>, _> = self
+                .invoke("obtain", &keys, (&ACQUIRE, ACQUIRE_LUA), &args)
+                .await;
+            let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
             acquired(&reply, req.fence_key.is_some(), &self.name)
         })
     }
