@@ -12,9 +12,12 @@ use crate::LockError;
 
 /// Locks held in this process's memory, with the same semantics as Redis:
 /// leases expire on the tokio clock, tokens guard refresh and release, fence
-/// counters survive release (and start at the system clock in microseconds),
+/// counters survive release and expire a day after their last use (and
+/// start at the system clock in microseconds, above any expired counter),
 /// several keys are taken all or none, fair waiters queue per key and a
-/// release hands the key to the first of them.
+/// release hands the key to the first of them. Unlike Redis, the hand-off
+/// needs no confirmation: a waiter's future that is dropped leaves the queue
+/// at once, and there is no other process that could die in it.
 ///
 /// For programs that run as a single process, for examples, and for unit tests
 /// of code that uses locks (it follows `tokio::time::pause`). It cannot

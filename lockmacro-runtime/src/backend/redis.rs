@@ -421,8 +421,12 @@ pub(crate) async fn open_manager(
 ///
 /// Fair obtains ([`ObtainOptions::fair`](crate::ObtainOptions::fair)) queue in
 /// a list at `{K}:queue` (`K:queue` when `K` has a hash tag); the release
-/// script hands the key to the first live waiter and publishes its token on
-/// the same channel.
+/// script hands the key to the first live waiter for its grant lease
+/// ([`RedisConfig::grant_lease`]) and publishes `grant:<token>:<lease>` on
+/// the same channel; the waiter confirms with one attempt, which publishes
+/// `confirm:<token>`.
+///
+/// Fence counters expire [`RedisConfig::fence_expiry`] after their last use.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
