@@ -263,3 +263,19 @@ async fn redis_fence_expiry_is_configurable_and_tokens_still_increase() {
         lock.fence_token()
     );
 }
+
+/// A release whose key's queue name holds something else than a queue
+/// (written by another program) still releases, and says so: the script
+/// does not fail after its `DEL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_release_with_a_foreign_value_at_the_queue_name_succeeds() {
+    let server = crate::support::RedisServer::start();
+    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let () = server.cmd(&["SET", "{job}:queue", "not a queue"]);
+    let lock = server.expect_ok(locker.obtain("job", LONG, once()).await, "obtain");
+    server.expect_ok(lock.release().await, "release");
+    assert!(
+        !server.cmd::<bool>(&["EXISTS", "job"]),
+        "the key is still held"
+    );
+}

@@ -35,7 +35,12 @@ for i = 1, #KEYS do
   -- would be in another slot).
   local from, done = 0, queue == ''
   while not done do
-    local entries = redis.call('LRANGE', queue, from, from + CHUNK - 1)
+    local entries = redis.pcall('LRANGE', queue, from, from + CHUNK - 1)
+    if entries.err then
+      -- Not a list (written by someone else): no queue, rather than an
+      -- error after the DEL above, which Redis would not undo.
+      entries = {}
+    end
     if #entries > 0 and not now then
       local time = redis.call('TIME')
       now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
