@@ -334,7 +334,9 @@ impl ReleaseListener {
 
     /// Returns when a release was heard since this listener was made or last
     /// returned from `wait` (for a fair waiter: when the key was handed to
-    /// it), or after `max`, whichever comes first; at once when the backend
+    /// it, or when the grant lease of a hand-off to another waiter ended
+    /// without its confirmation), or after `max`, whichever comes first; at
+    /// once when the backend
     /// stops listening (its connection closed), after which the listener is
     /// deaf.
     pub async fn wait(&mut self, max: Duration) {
@@ -345,6 +347,14 @@ impl ReleaseListener {
             }
             loop {
                 let due = self.hand_offs.as_ref().and_then(HandOffs::due);
+                if let (Some((at, pending)), Some(hand_offs)) = (&due, &mut self.hand_offs)
+                    && *at <= tokio::time::Instant::now()
+                {
+                    // Without a timer: one rounds up to the next millisecond,
+                    // and this is the key handed to this waiter.
+                    hand_offs.acted = Some(pending.clone());
+                    return;
+                }
                 let wake = due.as_ref().map_or(deadline, |(at, _)| (*at).min(deadline));
                 let hand_off = async {
                     match &mut self.hand_offs {
