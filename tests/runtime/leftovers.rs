@@ -58,6 +58,7 @@ pub async fn fence_key_held_as_a_lock_leaves_nothing(fx: &Fixture) {
         "{t}other",
     );
     assert!(reason.contains("not a counter"), "{reason}");
+    println!("refused: {reason}");
     assert!(
         !fx.is_held("{t}job").await,
         "the refused lock was left held"

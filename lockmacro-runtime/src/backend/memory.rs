@@ -200,7 +200,7 @@ impl State {
         if self.live(fence_key, now).is_some() {
             return Err(super::fence_key_refused(
                 fence_key,
-                "the fence counter holds a value that is not a counter",
+                "the fence counter holds a value that is not a counter (a lock key?)",
             ));
         }
         Ok(())

@@ -1286,7 +1286,16 @@ pub(super) fn not_a_fence(err: LockError, fence_key: Option<&str>) -> LockError 
                 .to_string()
                 .split("NOTAFENCE")
                 .nth(1)
-                .map(|detail| detail.trim_start_matches(':').trim().to_owned())
+                .map(|detail| {
+                    let detail = detail.trim_start_matches(['"', ':', ' ']);
+                    // Some servers add where the script stopped.
+                    detail
+                        .split(" script:")
+                        .next()
+                        .unwrap_or(detail)
+                        .trim()
+                        .to_owned()
+                })
                 .unwrap_or_default();
             super::fence_key_refused(fence_key, &detail)
         }

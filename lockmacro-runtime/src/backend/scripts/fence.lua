@@ -43,7 +43,7 @@ local function fence_error(counter, keys, n)
       and (#current < 19 or (#current == 19 and current < '9223372036854775807')) then
     return nil
   end
-  return redis.error_reply('NOTAFENCE the fence counter holds a value that is not a counter')
+  return redis.error_reply('NOTAFENCE the fence counter holds a value that is not a counter (a lock key?)')
 end
 
 local function next_fence(counter, expiry)
