@@ -218,9 +218,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Like [`listen`](Self::listen), for a fair waiter holding `token` in the
     /// queue of `key`: the listener hears when a release hands the key to
-    /// this waiter ([`ReleaseListener::granted`]), and nothing else. The
-    /// default hears nothing: the waiter finds out by trying again, as the
-    /// acquire of a key that already holds its value reports `Obtained`.
+    /// this waiter, and nothing else. A backend that hands the key over for
+    /// good reports it with [`ReleaseListener::granted`]; one that hands it
+    /// over for a short grant lease (Redis, the cluster) only ends the wait,
+    /// and the waiter confirms by trying again, as the acquire of a key that
+    /// already holds its value reports `Obtained` and extends it to its ttl.
+    /// The default hears nothing: the waiter finds out by trying again.
     fn listen_granted<'a>(
         &'a self,
         key: &'a str,
