@@ -134,9 +134,11 @@
 //! finds the key held joins a queue kept next to the key (`{K}:queue`, in the
 //! lock's cluster slot), once however often it retries. A release hands the
 //! key to the first waiter still queued in the same script that deletes it:
-//! it sets the key to that waiter's value with its ttl (and mints its fencing
-//! token), then tells it so on the release channel. The waiter holds the lock
-//! when the message arrives and sends nothing more to take it.
+//! it sets the key to that waiter's value for a short grant lease (a second
+//! by default, [`RedisConfig::grant_lease`]), mints its fencing token, and
+//! tells it so on the release channel. Nobody else can take the key then;
+//! the waiter confirms with one attempt, which extends the key to its ttl.
+//! A waiter sends nothing while it waits in line.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -168,15 +170,19 @@
 //!   [deadline](RetryStrategy::deadline): the waiter's entry lapses then,
 //!   and releases skip lapsed entries. A waiter that gives up, fails, or whose
 //!   future is dropped also removes its entry at once. A waiting process
-//!   that dies without doing so costs the queue nothing if its entry lapses
-//!   before its turn, and at most its ttl if the key is handed to it first.
-//! - **The lease of a handed-over lock.** The key is handed over at some
-//!   unknown moment between the waiter's last attempt and the arrival of the
-//!   message, so the lease is counted from when that attempt was *sent*
-//!   (minus the backend's drift), never from the message. A waiter whose
-//!   wait left less than half its ttl of that confirms the lease with one
-//!   refresh before returning, and counts it from the refresh: short waits
-//!   cost no extra round trip, long ones one.
+//!   that dies without doing so (killed, crashed, cut off) costs the queue
+//!   nothing if its entry lapses before its turn, and its grant lease if the
+//!   key is handed to it first: it never confirms, and the waiters behind it,
+//!   which heard the hand-off on the channel they listen to, try again when
+//!   the lease is over and no confirmation came. That attempt hands the key
+//!   to the next in line (or takes it), so each dead waiter delays the live
+//!   one behind it by one grant lease (`faults::dead_waiter`). The key is held
+//!   by the grantee until the lease ends, so the retry cannot let anyone in
+//!   early, and every waiter has a timer on that end, so none sleeps past it.
+//!   A waiter that cannot confirm within its grant lease (paused longer than
+//!   that) loses its turn and queues again.
+//! - **The lease of a handed-over lock** is counted from when the confirming
+//!   attempt was *sent* (minus the backend's drift), as for any attempt.
 //! - **Backends.** [`RedisBackend`], [`ClusterBackend`] and [`MemoryBackend`]
 //!   wake the waiter with the hand-off (on a cluster, through the one seed
 //!   node its locker subscribes on). [`RedlockBackend`] cannot keep one queue across
@@ -217,6 +223,18 @@
 //! give the key a `{tag}` or name the counter with
 //! [`ObtainOptions::fence_key`].
 //!
+//! The counter is a key of its own: a fence key that is one of the keys
+//! locked, or that holds anything but a counter (another lock's key), and a
+//! lock named after another key's counter (`{K}:fence`) are refused with
+//! [`LockError::InvalidKey`], before anything is written, so a failed
+//! acquire leaves no key behind.
+//!
+//! Counters expire a day after the last token minted from them
+//! ([`DEFAULT_FENCE_EXPIRY`]; [`RedisConfig::fence_expiry`],
+//! [`MemoryBackend::fence_expiry`]), so that the counters of keys no longer
+//! used do not pile up. A counter made again afterwards starts at the clock
+//! (below), which has moved on by at least that day since the last token.
+//!
 //! Tokens are not small numbers: a counter that does not exist yet starts at
 //! the server's clock (`TIME`) in microseconds, then counts up by one per
 //! acquisition. That is what keeps tokens increasing when the counter is
@@ -229,6 +247,10 @@
 //! - a key is, on average, not acquired more than once per microsecond
 //!   between the counter's start and its loss. Each acquisition is a round
 //!   trip to the server, so this holds in practice.
+//!
+//! An expiry needs neither: Redis expires keys by the same clock that seeds
+//! the new counter, so the new seed is read at least the expiry after the
+//! last token's acquisition, whose token was below the clock then.
 //!
 //! [`MemoryBackend`] seeds its counters from the system clock the same way.
 //! Under [`RedlockBackend`] each master seeds its own counter from its own
@@ -351,8 +373,9 @@ mod watchdog;
 pub mod __private;
 
 pub use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, MemoryBackend, RedisBackend,
-    RedisConfig, RedlockBackend, RefreshRequest, ReleaseListener, TOKEN_LEN,
+    AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, DEFAULT_FENCE_EXPIRY,
+    DEFAULT_GRANT_LEASE, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, RefreshRequest,
+    ReleaseListener, TOKEN_LEN,
 };
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};

@@ -306,6 +306,7 @@ impl Locker {
                 Some(self.wire_key(key))
             }
         };
+        crate::backend::check_reserved(&wire_keys, fence_key.as_deref())?;
         if opts.fair {
             self.check_fair(&keys, &opts)?;
         }

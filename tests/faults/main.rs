@@ -12,6 +12,7 @@
 mod support;
 
 mod chaos;
+mod dead_waiter;
 mod failover;
 mod lease;
 mod network;

@@ -16,7 +16,21 @@ const HOLDER_ENV: &str = "LOCKMACRO_FAULTS_HOLDER";
 const TTL: Duration = Duration::from_secs(1);
 
 /// Kills the child on drop, so that a failing test leaves no holder behind.
-struct Holder(Child);
+pub struct Holder(pub Child);
+
+/// Runs the test `test` of this binary again in a child process, with `env`
+/// set to `value`: the test sees the variable and plays the child's part.
+/// Its standard output is piped to the caller.
+pub fn rerun_as_child(test: &str, env: &str, value: &str) -> Holder {
+    Holder(
+        Command::new(env::current_exe().unwrap())
+            .args([test, "--exact", "--nocapture"])
+            .env(env, value)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
 
 impl Drop for Holder {
     fn drop(&mut self) {
@@ -32,17 +46,10 @@ async fn holder_killed_mid_body_frees_the_lock_once_its_lease_ends() {
         return hold_until_killed(&url).await;
     }
     let server = RedisServer::start();
-    let mut holder = Holder(
-        Command::new(env::current_exe().unwrap())
-            .args([
-                "process::holder_killed_mid_body_frees_the_lock_once_its_lease_ends",
-                "--exact",
-                "--nocapture",
-            ])
-            .env(HOLDER_ENV, server.url())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let mut holder = rerun_as_child(
+        "process::holder_killed_mid_body_frees_the_lock_once_its_lease_ends",
+        HOLDER_ENV,
+        &server.url(),
     );
     let stdout = holder.0.stdout.take().unwrap();
     let inside = tokio::task::spawn_blocking(move || {

@@ -192,10 +192,12 @@ async fn cluster_arrival_order_is_respected() {
     arrival_order_is_respected(Queue::Redis(master), lockers).await;
 }
 
-/// The release hands the key over: the key holds the waiter's value, and the
-/// waiter returns its lock having sent nothing since it queued.
+/// The release hands the key over for the waiter's grant lease: the key
+/// holds the waiter's value, for a second at most, until the waiter, which
+/// sent nothing while queued, confirms it with one attempt that extends it
+/// to its ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_granted_waiter_holds_the_key_before_sending_anything() {
+async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
     let server = RedisServer::start();
     let lockers = redis_lockers(&server, 2).await;
     let held = server.expect_ok(
@@ -216,15 +218,18 @@ async fn redis_granted_waiter_holds_the_key_before_sending_anything() {
     assert_eq!(value, format!("{}next", lock.token()));
     assert_eq!(
         script_calls(&server),
-        1,
-        "only the holder's release was sent"
+        2,
+        "the holder's release, then the waiter's confirmation"
     );
+    let left: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(left > 1_000, "the grant lease was not extended: {left} ms");
     assert_eq!(queued(&server, "job"), 0);
     server.expect_ok(lock.release().await, "release");
 }
 
 /// Three queued waiters wait without a command; then each hand-off costs the
-/// releases alone (four releases, no attempts).
+/// release and the new holder's confirmation (four releases, three
+/// confirmations, no other attempt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_waiters_send_nothing_between_hand_offs() {
     let server = RedisServer::start();
@@ -256,7 +261,7 @@ async fn redis_waiters_send_nothing_between_hand_offs() {
         }
     })
     .await;
-    assert_eq!(script_calls(&server), 4, "releases only");
+    assert_eq!(script_calls(&server), 7, "releases and confirmations only");
 }
 
 /// A waiter whose future is dropped, and one that gives up at its deadline,

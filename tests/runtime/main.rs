@@ -8,6 +8,7 @@ mod cases;
 mod fair;
 #[path = "../support/fixture.rs"]
 mod fixture;
+mod leftovers;
 mod logs;
 mod redis;
 mod wakeup;

@@ -10,7 +10,7 @@ use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
     REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
     acknowledged_acquire_pipe, acknowledged_outcome, acquired, backend_error,
-    check_replica_timeout, install_crypto_provider, millis, open_client, pttl, redact,
+    check_replica_timeout, install_crypto_provider, millis, not_a_fence, open_client, pttl, redact,
     refresh_many_cmd, refreshed,
 };
 use super::slot::{check_same_slot, slot};
@@ -123,6 +123,9 @@ pub struct ClusterBackend {
     /// its connection to the node until the replicas answer, and would hold
     /// up every other call to that node on the shared one.
     acknowledged: Arc<tokio::sync::OnceCell<ClusterConnection>>,
+    /// `RedisConfig::fence_expiry` and `grant_lease`, in ms.
+    fence_expiry: String,
+    grant_lease: String,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -242,6 +245,8 @@ impl ClusterBackend {
             wakeups,
             client,
             acknowledged: Arc::default(),
+            fence_expiry: millis(config.fence_expiry),
+            grant_lease: millis(config.grant_lease),
         })
     }
 
@@ -483,19 +488,18 @@ impl Backend for ClusterBackend {
                         .to_owned(),
                 })?;
                 let wait = millis(wait);
-                let args = [req.value, &ttl, &wait, &queue];
+                let expiry = self.fence_expiry.as_str();
+                let args = [req.value, &ttl, &wait, &queue, expiry, &self.grant_lease];
                 let script = (&*ACQUIRE_FAIR, ACQUIRE_FAIR_LUA);
-                let reply: Vec<i64> = self.invoke("obtain", &keys, script, &args).await?;
+                let reply: Result<Vec<i64>, _> = self.invoke("obtain", &keys, script, &args).await;
+                let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
                 return acquired(&reply, req.fence_key.is_some(), &self.name);
             }
-            let reply: Vec<i64> = self
-                .invoke(
-                    "obtain",
-                    &keys,
-                    (&ACQUIRE, ACQUIRE_LUA),
-                    &[req.value, &ttl, &n],
-                )
-                .await?;
+            let args = [req.value, &ttl, &n, &self.fence_expiry];
+            let reply: Result<Vec<i64>, _> = self
+                .invoke("obtain", &keys, (&ACQUIRE, ACQUIRE_LUA), &args)
+                .await;
+            let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
             acquired(&reply, req.fence_key.is_some(), &self.name)
         })
     }
@@ -640,7 +644,7 @@ impl ClusterBackend {
             .get_or_try_init(|| self.client.get_async_connection())
             .await
             .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
-        let pipe = acknowledged_acquire_pipe(&req);
+        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry);
         let mut keys = req.keys.to_vec();
         keys.extend(req.fence_key.map(str::to_owned));
         let (reply, acked): (Vec<i64>, usize) = self

@@ -12,9 +12,12 @@ use crate::LockError;
 
 /// Locks held in this process's memory, with the same semantics as Redis:
 /// leases expire on the tokio clock, tokens guard refresh and release, fence
-/// counters survive release (and start at the system clock in microseconds),
+/// counters survive release and expire a day after their last use (and
+/// start at the system clock in microseconds, above any expired counter),
 /// several keys are taken all or none, fair waiters queue per key and a
-/// release hands the key to the first of them.
+/// release hands the key to the first of them. Unlike Redis, the hand-off
+/// needs no confirmation: a waiter's future that is dropped leaves the queue
+/// at once, and there is no other process that could die in it.
 ///
 /// For programs that run as a single process, for examples, and for unit tests
 /// of code that uses locks (it follows `tokio::time::pause`). It cannot
@@ -37,10 +40,19 @@ pub struct MemoryBackend {
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     leases: HashMap<String, Lease>,
-    fences: HashMap<String, u64>,
+    fences: HashMap<String, Fence>,
+    /// How long a counter is kept after its last use.
+    fence_expiry: Duration,
+    /// The largest token of any counter that expired: a new counter starts
+    /// above it. Redis relies on its clock for that (see `fence.lua`); here
+    /// the expiry follows the tokio clock, which a test may move far ahead
+    /// of the system clock that seeds counters.
+    fence_floor: u64,
+    /// Counters at the last sweep of expired ones.
+    fences_swept_at: usize,
     /// Leases count at the last sweep of expired entries; sweeping when the
     /// map has doubled since keeps the cost amortised O(1) per acquisition.
     swept_at: usize,
@@ -54,6 +66,30 @@ struct State {
     grants: HashMap<String, watch::Sender<Option<u64>>>,
     /// Size of `grants` at its last sweep of waiters gone.
     grants_swept_at: usize,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            leases: HashMap::new(),
+            fences: HashMap::new(),
+            fence_expiry: super::DEFAULT_FENCE_EXPIRY,
+            fence_floor: 0,
+            fences_swept_at: 0,
+            swept_at: 0,
+            releases: HashMap::new(),
+            releases_swept_at: 0,
+            queues: HashMap::new(),
+            grants: HashMap::new(),
+            grants_swept_at: 0,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Fence {
+    value: u64,
+    expires: Instant,
 }
 
 #[derive(Debug)]
@@ -89,6 +125,27 @@ impl MemoryBackend {
         Self::default()
     }
 
+    /// How long a fence counter is kept after the last token minted from it,
+    /// as [`RedisConfig::fence_expiry`](super::RedisConfig::fence_expiry)
+    /// sets it for Redis. Default [`DEFAULT_FENCE_EXPIRY`](super::DEFAULT_FENCE_EXPIRY),
+    /// a day; at least 1 ms. A counter created after one expired starts
+    /// above every token minted before, so tokens never go backwards.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, MemoryBackend, ObtainOptions};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new().fence_expiry(Duration::from_secs(3600)));
+    /// let lock = locker.obtain("job", Duration::from_secs(5), ObtainOptions::new().fence()).await?;
+    /// assert!(lock.fence_token().is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn fence_expiry(self, expiry: Duration) -> Self {
+        self.state().fence_expiry = expiry.clamp(Duration::from_millis(1), crate::MAX_TTL);
+        self
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while the lock was held cannot leave a lease half-written
         // (every change is a single map operation), so the data is still sound.
@@ -117,17 +174,96 @@ impl State {
         }
     }
 
-    fn acquire(&mut self, req: &AcquireRequest<'_>) -> Acquired {
+    /// The live counter at `key`.
+    fn counter(&mut self, key: &str, now: Instant) -> Option<&mut Fence> {
+        if let Some(fence) = self.fences.get(key)
+            && fence.expires <= now
+        {
+            self.fence_floor = self.fence_floor.max(fence.value);
+            self.fences.remove(key);
+        }
+        self.fences.get_mut(key)
+    }
+
+    /// As `fence_error` in `fence.lua`: a fence key that is one of the keys
+    /// or a lock's key is refused before anything changes.
+    fn fence_error(&mut self, req: &AcquireRequest<'_>, now: Instant) -> Result<(), LockError> {
+        let Some(fence_key) = req.fence_key else {
+            return Ok(());
+        };
+        if req.keys.iter().any(|key| key == fence_key) {
+            return Err(super::fence_key_refused(
+                fence_key,
+                "the fence counter is also a key being locked",
+            ));
+        }
+        if self.live(fence_key, now).is_some() {
+            return Err(super::fence_key_refused(
+                fence_key,
+                "the fence counter holds a value that is not a counter (a lock key?)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The next token of the counter at `fence_key`, which then expires
+    /// `fence_expiry` from now.
+    fn next_fence(&mut self, fence_key: &str, now: Instant) -> u64 {
+        let (expiry, floor) = (self.fence_expiry, self.fence_floor);
+        if self.counter(fence_key, now).is_none() {
+            // Seeded from the clock like the Redis script's, so that tokens
+            // from a restarted process still exceed those of the one before.
+            let seed = clock_micros().max(floor);
+            self.fences.insert(
+                fence_key.to_owned(),
+                Fence {
+                    value: seed,
+                    expires: now,
+                },
+            );
+        }
+        let counter = self.fences.get_mut(fence_key).expect("inserted above");
+        counter.value += 1;
+        counter.expires = now + expiry;
+        counter.value
+    }
+
+    fn sweep_fences(&mut self, now: Instant) {
+        if self.fences.len() >= 2 * self.fences_swept_at.max(512) {
+            let mut floor = self.fence_floor;
+            self.fences.retain(|_, fence| {
+                let live = fence.expires > now;
+                if !live {
+                    floor = floor.max(fence.value);
+                }
+                live
+            });
+            self.fence_floor = floor;
+            self.fences_swept_at = self.fences.len();
+        }
+    }
+
+    fn acquire(&mut self, req: &AcquireRequest<'_>) -> Result<Acquired, LockError> {
         let now = Instant::now();
         self.sweep(now);
+        self.sweep_fences(now);
+        self.fence_error(req, now)?;
         let mut ours = 0;
         for (index, key) in req.keys.iter().enumerate() {
+            // A key holding a fence counter is taken, as on Redis, where it
+            // is a key like any other.
+            if let Some(fence) = self.counter(key, now) {
+                return Ok(Acquired::Busy {
+                    index,
+                    remaining: Some(fence.expires - now),
+                });
+            }
             if let Some(lease) = self.live(key, now) {
                 if lease.value != req.value {
-                    return Acquired::Busy {
+                    return Ok(Acquired::Busy {
                         index,
                         remaining: Some(lease.expires - now),
-                    };
+                    });
                 }
                 ours += 1;
             }
@@ -144,33 +280,33 @@ impl State {
         }
         let retried = ours == req.keys.len();
         let fence = req.fence_key.map(|fence_key| {
-            // Seeded from the clock like the Redis script's, so that tokens
-            // from a restarted process still exceed those of the one before.
-            let counter = self
-                .fences
-                .entry(fence_key.to_owned())
-                .or_insert_with(clock_micros);
             // A retry after a lost reply gets the token minted the first time.
-            if !retried {
-                *counter += 1;
+            match self.counter(fence_key, now) {
+                Some(counter) if retried => counter.value,
+                _ => self.next_fence(fence_key, now),
             }
-            *counter
         });
-        Acquired::Obtained { fence }
+        Ok(Acquired::Obtained { fence })
     }
 
     /// The memory twin of `acquire_fair.lua`.
-    fn acquire_fair(&mut self, req: &AcquireRequest<'_>, wait: Duration) -> Acquired {
+    fn acquire_fair(
+        &mut self,
+        req: &AcquireRequest<'_>,
+        wait: Duration,
+    ) -> Result<Acquired, LockError> {
         let now = Instant::now();
+        self.fence_error(req, now)?;
         let key = &req.keys[0];
         let token = req.token();
         let held = match self.live(key, now) {
             Some(lease) if lease.value == req.value => {
                 lease.expires = now + req.ttl;
-                let fence = req
-                    .fence_key
-                    .map(|fence_key| self.fences.get(fence_key).copied().unwrap_or(0));
-                return Acquired::Obtained { fence };
+                let fence = req.fence_key.map(|fence_key| {
+                    self.counter(fence_key, now)
+                        .map_or(0, |counter| counter.value)
+                });
+                return Ok(Acquired::Obtained { fence });
             }
             Some(lease) => Some(lease.expires - now),
             None => None,
@@ -199,10 +335,10 @@ impl State {
             });
         }
         let remaining = held.or(head.map(|(_, expires)| expires - now));
-        Acquired::Busy {
+        Ok(Acquired::Busy {
             index: 0,
             remaining,
-        }
+        })
     }
 
     /// After a release of `key` by `token`: drops the waiters gone and
@@ -220,11 +356,10 @@ impl State {
         let Some(next) = next else {
             return false;
         };
-        let fence = next.fence_key.as_ref().map_or(0, |fence_key| {
-            let counter = self.fences.entry(fence_key.clone()).or_default();
-            *counter += 1;
-            *counter
-        });
+        let fence = next
+            .fence_key
+            .as_ref()
+            .map_or(0, |fence_key| self.next_fence(fence_key, now));
         if let Some(granted) = self.grants.remove(next.token()) {
             granted.send_replace(Some(fence));
         }
@@ -319,8 +454,8 @@ impl Backend for MemoryBackend {
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         let mut state = self.state();
         match req.queue_for {
-            Some(wait) => ready(Ok(state.acquire_fair(&req, wait))),
-            None => ready(Ok(state.acquire(&req))),
+            Some(wait) => ready(state.acquire_fair(&req, wait)),
+            None => ready(state.acquire(&req)),
         }
     }
 

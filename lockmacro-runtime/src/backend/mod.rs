@@ -27,6 +27,15 @@ use tokio::sync::watch;
 
 use crate::LockError;
 
+/// How long a fence counter is kept after the last token minted from it,
+/// unless configured otherwise ([`RedisConfig::fence_expiry`],
+/// [`MemoryBackend::fence_expiry`]): a day.
+pub const DEFAULT_FENCE_EXPIRY: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a fair waiter handed a key holds it before it confirms, unless
+/// configured otherwise ([`RedisConfig::grant_lease`]): a second.
+pub const DEFAULT_GRANT_LEASE: Duration = Duration::from_secs(1);
+
 /// A boxed, `Send` future, as returned by [`Backend`] methods.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -222,9 +231,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Like [`listen`](Self::listen), for a fair waiter holding `token` in the
     /// queue of `key`: the listener hears when a release hands the key to
-    /// this waiter ([`ReleaseListener::granted`]), and nothing else. The
-    /// default hears nothing: the waiter finds out by trying again, as the
-    /// acquire of a key that already holds its value reports `Obtained`.
+    /// this waiter, and nothing else. A backend that hands the key over for
+    /// good reports it with [`ReleaseListener::granted`]; one that hands it
+    /// over for a short grant lease (Redis, the cluster) only ends the wait,
+    /// and the waiter confirms by trying again, as the acquire of a key that
+    /// already holds its value reports `Obtained` and extends it to its ttl.
+    /// The default hears nothing: the waiter finds out by trying again.
     fn listen_granted<'a>(
         &'a self,
         key: &'a str,
@@ -262,6 +274,8 @@ pub struct ReleaseListener {
     /// A fair waiter's: `Some(fence)` once the key was handed to it (`0`
     /// when no fencing token was minted).
     grant: Option<watch::Receiver<Option<u64>>>,
+    /// A fair waiter's: the hand-offs on its key that wait for confirmation.
+    hand_offs: Option<HandOffs>,
     /// Kept until the listener is dropped: the backend stops listening then.
     _subscription: Option<Box<dyn Send + Sync>>,
 }
@@ -281,6 +295,7 @@ impl ReleaseListener {
         ReleaseListener {
             releases: None,
             grant: None,
+            hand_offs: None,
             _subscription: None,
         }
     }
@@ -291,6 +306,7 @@ impl ReleaseListener {
         ReleaseListener {
             releases: Some(releases),
             grant: None,
+            hand_offs: None,
             _subscription: Some(Box::new(subscription)),
         }
     }
@@ -305,8 +321,28 @@ impl ReleaseListener {
         ReleaseListener {
             releases: None,
             grant: Some(grant),
+            hand_offs: None,
             _subscription: Some(Box::new(subscription)),
         }
+    }
+
+    /// A fair waiter's listener that also follows the key's hand-offs made
+    /// with a grant lease (see `grant.lua`): [`wait`](Self::wait) returns
+    /// when the key is handed to `token`, which then confirms by trying
+    /// again, and when a hand-off to another waiter was not confirmed by the
+    /// end of its lease, so that this one tries again and the key goes on
+    /// down the line.
+    pub(crate) fn hearing_hand_offs(
+        mut self,
+        hand_offs: watch::Receiver<Option<HandOff>>,
+        token: &str,
+    ) -> Self {
+        self.hand_offs = Some(HandOffs {
+            receiver: hand_offs,
+            token: token.to_owned(),
+            acted: None,
+        });
+        self
     }
 
     /// True while the backend can wake this listener; false for a deaf one,
@@ -322,7 +358,9 @@ impl ReleaseListener {
 
     /// Returns when a release was heard since this listener was made or last
     /// returned from `wait` (for a fair waiter: when the key was handed to
-    /// it), or after `max`, whichever comes first; at once when the backend
+    /// it, or when the grant lease of a hand-off to another waiter ended
+    /// without its confirmation), or after `max`, whichever comes first; at
+    /// once when the backend
     /// stops listening (its connection closed), after which the listener is
     /// deaf.
     pub async fn wait(&mut self, max: Duration) {
@@ -331,12 +369,47 @@ impl ReleaseListener {
             if grant.borrow().is_some() {
                 return;
             }
-            match tokio::time::timeout_at(deadline, grant.changed()).await {
-                Ok(Ok(())) | Err(_) => return,
-                // The backend stopped listening: try again at once.
-                Ok(Err(_)) => {
-                    self.grant = None;
+            loop {
+                let due = self.hand_offs.as_ref().and_then(HandOffs::due);
+                if let (Some((at, pending)), Some(hand_offs)) = (&due, &mut self.hand_offs)
+                    && *at <= tokio::time::Instant::now()
+                {
+                    // Without a timer: one rounds up to the next millisecond,
+                    // and this is the key handed to this waiter.
+                    hand_offs.acted = Some(pending.clone());
                     return;
+                }
+                let wake = due.as_ref().map_or(deadline, |(at, _)| (*at).min(deadline));
+                let hand_off = async {
+                    match &mut self.hand_offs {
+                        Some(hand_offs) => hand_offs.receiver.changed().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    changed = grant.changed() => {
+                        if changed.is_err() {
+                            // The backend stopped listening: try again at once.
+                            self.grant = None;
+                            self.hand_offs = None;
+                        }
+                        return;
+                    }
+                    changed = hand_off => {
+                        if changed.is_err() {
+                            self.grant = None;
+                            self.hand_offs = None;
+                            return;
+                        }
+                    }
+                    () = tokio::time::sleep_until(wake) => {
+                        if let (Some((at, pending)), Some(hand_offs)) = (due, &mut self.hand_offs)
+                            && at <= wake
+                        {
+                            hand_offs.acted = Some(pending);
+                        }
+                        return;
+                    }
                 }
             }
         }
@@ -352,6 +425,42 @@ impl ReleaseListener {
             }
         }
         tokio::time::sleep_until(deadline).await;
+    }
+}
+
+/// A hand-off of a key with a grant lease, not confirmed yet: to the waiter
+/// holding `token`, whose lease ends by `until` on this process's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HandOff {
+    pub(crate) token: String,
+    pub(crate) until: tokio::time::Instant,
+}
+
+struct HandOffs {
+    receiver: watch::Receiver<Option<HandOff>>,
+    /// This waiter's token.
+    token: String,
+    /// The hand-off this listener last returned for: it returns once for
+    /// each, so that a hand-off whose confirmation went unheard costs one
+    /// attempt, not a spin.
+    acted: Option<HandOff>,
+}
+
+impl HandOffs {
+    /// When to try again for the hand-off waiting for confirmation, if there
+    /// is one this listener has not acted on: at once when it is to this
+    /// waiter (to confirm it), else once its lease is over.
+    fn due(&self) -> Option<(tokio::time::Instant, HandOff)> {
+        let pending = self.receiver.borrow().clone()?;
+        if self.acted.as_ref() == Some(&pending) {
+            return None;
+        }
+        let at = if pending.token == self.token {
+            tokio::time::Instant::now()
+        } else {
+            pending.until
+        };
+        Some((at, pending))
     }
 }
 
@@ -479,6 +588,82 @@ pub(crate) fn derived_queue_key(key: &str) -> String {
     }
 }
 
+/// The lock key whose derived fence counter ([`derived_fence_key`]) or
+/// queue ([`derived_queue_key`]) is `key`, if any, and which of the two.
+fn derived_from(key: &str) -> Option<(&str, &'static str)> {
+    for (suffix, what, derive) in [
+        (
+            ":fence",
+            "fence counter",
+            derived_fence_key as fn(&str) -> String,
+        ),
+        (":queue", "queue of fair waiters", derived_queue_key),
+    ] {
+        let Some(base) = key.strip_suffix(suffix) else {
+            continue;
+        };
+        // `K:fence` for a key with a hash tag, `{K}:fence` for one without.
+        let inner = base
+            .strip_prefix('{')
+            .and_then(|base| base.strip_suffix('}'));
+        for owner in std::iter::once(base).chain(inner) {
+            if !owner.is_empty() && derive(owner) == key {
+                return Some((owner, what));
+            }
+        }
+    }
+    None
+}
+
+/// Refuses, before anything is sent, the keys that would collide with a fence
+/// counter or a fair queue: a lock key that is the derived counter or queue
+/// of another key, and a fence key that is one of the keys locked or a
+/// queue. Such an acquire would fail midway or could never succeed.
+pub(crate) fn check_reserved(keys: &[String], fence_key: Option<&str>) -> Result<(), LockError> {
+    for key in keys {
+        if let Some((owner, what)) = derived_from(key) {
+            return Err(LockError::InvalidKey {
+                key: key.clone(),
+                reason: format!(
+                    "`{key}` is the name of the {what} of the lock `{owner}`, so it cannot be \
+                     locked itself (it would be busy while that exists, and locking it would \
+                     break `{owner}`); name the lock differently, e.g. `{key}-lock`"
+                ),
+            });
+        }
+    }
+    let Some(fence_key) = fence_key else {
+        return Ok(());
+    };
+    if keys.iter().any(|key| key == fence_key) {
+        return Err(fence_key_refused(
+            fence_key,
+            "the fence counter is also a key being locked",
+        ));
+    }
+    if let Some((owner, what @ "queue of fair waiters")) = derived_from(fence_key) {
+        return Err(fence_key_refused(
+            fence_key,
+            &format!("it is the {what} of the lock `{owner}`"),
+        ));
+    }
+    Ok(())
+}
+
+/// The error for a fence key that cannot count fencing tokens, `detail`
+/// saying why.
+pub(crate) fn fence_key_refused(fence_key: &str, detail: &str) -> LockError {
+    LockError::InvalidKey {
+        key: fence_key.to_owned(),
+        reason: format!(
+            "this fence key cannot count fencing tokens: {detail}. A fence key must be a key \
+             of its own, holding nothing but its counter: use the counter derived from the \
+             lock key (`ObtainOptions::fence`), or name an unused key in \
+             `ObtainOptions::fence_key`; nothing was locked"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,5 +686,22 @@ mod tests {
             "billing:{user:1}:fence"
         );
         assert_eq!(derived_fence_key("a{}b"), "{a{}b}:fence");
+    }
+
+    #[test]
+    fn derived_names_are_recognised() {
+        for key in ["user:1", "billing:{user:1}", "a{}b", "}b", "a}b"] {
+            assert!(derived_from(&derived_fence_key(key)).is_some(), "{key}");
+            assert!(derived_from(&derived_queue_key(key)).is_some(), "{key}");
+        }
+        for key in [
+            "user:1:fence",
+            "{}:fence",
+            "a{b}c:fenc",
+            "fence",
+            "{user:1}:queue:x",
+        ] {
+            assert_eq!(derived_from(key), None, "{key}");
+        }
     }
 }

@@ -16,8 +16,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 
 use super::{
-    AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, ReleaseListener, TOKEN_LEN,
-    derived_queue_key, join_all,
+    AcquireRequest, Acquired, Backend, BoxFuture, DEFAULT_FENCE_EXPIRY, DEFAULT_GRANT_LEASE,
+    HandOff, RefreshRequest, ReleaseListener, TOKEN_LEN, derived_queue_key, join_all,
 };
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
@@ -30,11 +30,13 @@ pub(super) const ACQUIRE_LUA: &str = concat!(
 );
 pub(super) const ACQUIRE_FAIR_LUA: &str = concat!(
     include_str!("scripts/fence.lua"),
+    include_str!("scripts/grant.lua"),
     include_str!("scripts/acquire_fair.lua")
 );
 pub(super) const REFRESH_LUA: &str = include_str!("scripts/refresh.lua");
 pub(super) const RELEASE_LUA: &str = concat!(
     include_str!("scripts/fence.lua"),
+    include_str!("scripts/grant.lua"),
     include_str!("scripts/release.lua")
 );
 pub(super) const REMAINING_LUA: &str = include_str!("scripts/remaining.lua");
@@ -71,6 +73,8 @@ pub struct RedisConfig {
     pub(super) response_timeout: Duration,
     pub(super) tls_root: Option<RootCertificate>,
     pub(super) tls_client: Option<ClientIdentity>,
+    pub(super) fence_expiry: Duration,
+    pub(super) grant_lease: Duration,
 }
 
 /// PEM text of the certificates to trust; shown by its size only.
@@ -107,8 +111,15 @@ impl Default for RedisConfig {
             response_timeout: Duration::from_secs(3),
             tls_root: None,
             tls_client: None,
+            fence_expiry: DEFAULT_FENCE_EXPIRY,
+            grant_lease: DEFAULT_GRANT_LEASE,
         }
     }
+}
+
+/// `value` within what Redis takes as an expiry: 1 ms to ten years.
+fn clamp_expiry(value: Duration) -> Duration {
+    value.clamp(Duration::from_millis(1), crate::MAX_TTL)
 }
 
 impl RedisConfig {
@@ -123,6 +134,59 @@ impl RedisConfig {
     /// a failure.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// How long a fence counter (`{K}:fence`, or an explicit fence key) is
+    /// kept after the last token minted from it. Default
+    /// [`DEFAULT_FENCE_EXPIRY`], a day; between 1 ms and ten years (values
+    /// outside are brought within).
+    ///
+    /// Every fenced acquisition sets the counter to expire this long after
+    /// it, so the counters of keys nobody locks any more go by themselves
+    /// instead of piling up. Tokens still never go backwards: a counter that
+    /// does not exist starts at the server's clock in microseconds, and the
+    /// last token of an expired one was below the clock at its last use (it
+    /// started at the clock, and gained one per acquisition, each a script
+    /// call taking more than a microsecond), while the new one is read at
+    /// least this long after, on the clock by which Redis expires keys.
+    /// Under Redlock each master keeps its own counter, so the expiry should
+    /// stay far longer than the masters' clocks can differ.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::RedisConfig;
+    ///
+    /// // Keys fenced at least once a week keep their counter.
+    /// let config = RedisConfig::default().fence_expiry(Duration::from_secs(7 * 24 * 3600));
+    /// # let _ = config;
+    /// ```
+    pub fn fence_expiry(mut self, expiry: Duration) -> Self {
+        self.fence_expiry = clamp_expiry(expiry);
+        self
+    }
+
+    /// How long a fair waiter ([`ObtainOptions::fair`](crate::ObtainOptions::fair))
+    /// holds a key handed to it before it confirms. Default
+    /// [`DEFAULT_GRANT_LEASE`], a second; at most the waiter's ttl.
+    ///
+    /// A release hands the key to the first waiter in line for this lease
+    /// only; the waiter, woken by the release's message, confirms with one
+    /// round trip, which extends the key to its ttl. A waiter whose process
+    /// died in the queue never confirms, so the waiter after it is delayed by
+    /// this lease, not by the dead waiter's ttl. A waiter that cannot confirm
+    /// in time (a pause longer than the lease) loses its turn and queues
+    /// again. Each waiter's own setting is kept in its queue entry.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::RedisConfig;
+    ///
+    /// let config = RedisConfig::default().grant_lease(Duration::from_millis(250));
+    /// # let _ = config;
+    /// ```
+    pub fn grant_lease(mut self, lease: Duration) -> Self {
+        self.grant_lease = clamp_expiry(lease);
         self
     }
 
@@ -357,8 +421,12 @@ pub(crate) async fn open_manager(
 ///
 /// Fair obtains ([`ObtainOptions::fair`](crate::ObtainOptions::fair)) queue in
 /// a list at `{K}:queue` (`K:queue` when `K` has a hash tag); the release
-/// script hands the key to the first live waiter and publishes its token on
-/// the same channel.
+/// script hands the key to the first live waiter for its grant lease
+/// ([`RedisConfig::grant_lease`]) and publishes `grant:<token>:<lease>` on
+/// the same channel; the waiter confirms with one attempt, which publishes
+/// `confirm:<token>`.
+///
+/// Fence counters expire [`RedisConfig::fence_expiry`] after their last use.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
@@ -376,6 +444,10 @@ pub struct RedisBackend {
     wakeups: Arc<Wakeups>,
     /// The connection of the acquires that wait for replicas.
     acknowledged: Arc<Acknowledged>,
+    /// `RedisConfig::fence_expiry` and `grant_lease`, in ms, as the scripts
+    /// take them.
+    pub(super) fence_expiry: String,
+    grant_lease: String,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -406,6 +478,8 @@ impl RedisBackend {
             name,
             wakeups,
             acknowledged,
+            fence_expiry: millis(config.fence_expiry),
+            grant_lease: millis(config.grant_lease),
         })
     }
 
@@ -593,8 +667,10 @@ struct Connection {
 }
 
 struct Channel {
-    /// Bumped by every message on the channel.
+    /// Bumped by every message on the channel but confirmations.
     releases: watch::Sender<u64>,
+    /// The last hand-off on the channel with a grant lease, until confirmed.
+    hand_off: watch::Sender<Option<HandOff>>,
     listeners: usize,
     /// The connection it is subscribed on.
     connection: u64,
@@ -828,24 +904,26 @@ impl Wakeups {
         }
         let open = connection.as_mut()?;
         let id = open.id;
-        let (releases, subscribed) = {
+        let (releases, hand_offs, subscribed) = {
             let mut channels = self.channels();
             match channels.get_mut(&channel) {
                 Some(entry) if entry.connection == id => {
                     entry.listeners += 1;
-                    (entry.releases.subscribe(), true)
+                    (entry.releases.subscribe(), entry.hand_off.subscribe(), true)
                 }
                 _ => {
                     let (sender, receiver) = watch::channel(0);
+                    let (hand_off, hand_offs) = watch::channel(None);
                     let entry = Channel {
                         releases: sender,
+                        hand_off,
                         listeners: 1,
                         connection: id,
                         idle_since: tokio::time::Instant::now(),
                         lingering: false,
                     };
                     channels.insert(channel.clone(), entry);
-                    (receiver, false)
+                    (receiver, hand_offs, false)
                 }
             }
         };
@@ -882,7 +960,8 @@ impl Wakeups {
                 self.grants().insert(token.to_owned(), grant);
                 let mut subscription = subscription;
                 subscription.token = Some(token.to_owned());
-                Some(ReleaseListener::granting(receiver, subscription))
+                let listener = ReleaseListener::granting(receiver, subscription);
+                Some(listener.hearing_hand_offs(hand_offs, token))
             }
             None => Some(ReleaseListener::new(releases, subscription)),
         }
@@ -965,13 +1044,18 @@ impl AsyncPushSender for Pushes {
         let wakeups = self.wakeups.upgrade().ok_or(SendError)?;
         match push.kind {
             PushKind::Message => {
+                let message = match push.data.get(1) {
+                    Some(Value::BulkString(message)) => std::str::from_utf8(message).ok(),
+                    _ => None,
+                };
                 if let Some(Value::BulkString(channel)) = push.data.first()
                     && let Ok(channel) = std::str::from_utf8(channel)
                     && let Some(entry) = wakeups.channels().get(channel)
                 {
-                    entry.releases.send_modify(|releases| *releases += 1);
+                    hand_off(entry, message.unwrap_or(""));
                 }
-                // A hand-off to a fair waiter: "<token>:<fence>".
+                // A hand-off to a fair waiter by an earlier version, for
+                // its whole ttl: "<token>:<fence>".
                 if let Some(Value::BulkString(message)) = push.data.get(1)
                     && let Ok(message) = std::str::from_utf8(message)
                     && let Some((token, fence)) = message.split_once(':')
@@ -988,6 +1072,39 @@ impl AsyncPushSender for Pushes {
         }
         Ok(())
     }
+}
+
+/// What `message`, heard on the channel of `entry`, says to its listeners
+/// (see `grant.lua`): "grant:<token>:<lease ms>" hands the key over for a
+/// lease to confirm, "confirm:<token>" confirms it; anything else is a
+/// release.
+fn hand_off(entry: &Channel, message: &str) {
+    if let Some(token) = message.strip_prefix("confirm:") {
+        entry.hand_off.send_if_modified(|pending| {
+            let confirmed = pending
+                .as_ref()
+                .is_some_and(|pending| pending.token == token);
+            if confirmed {
+                *pending = None;
+            }
+            confirmed
+        });
+        return;
+    }
+    if let Some(grant) = message.strip_prefix("grant:")
+        && let Some((token, lease)) = grant.split_once(':')
+        && let Ok(lease) = lease.parse::<u64>()
+    {
+        // Heard after the server set the lease: it ends before this, give
+        // or take the two clocks' rates, which the margin covers.
+        let lease = Duration::from_millis(lease);
+        let until = tokio::time::Instant::now() + lease + lease / 100 + Duration::from_millis(2);
+        entry.hand_off.send_replace(Some(HandOff {
+            token: token.to_owned(),
+            until,
+        }));
+    }
+    entry.releases.send_modify(|releases| *releases += 1);
 }
 
 /// The URL with its password hidden, for error messages.
@@ -1164,6 +1281,34 @@ pub(super) fn pttl(value: i64) -> Option<Duration> {
     u64::try_from(value).ok().map(Duration::from_millis)
 }
 
+/// The error of an acquire script that refused `fence_key` (`NOTAFENCE`,
+/// from `fence.lua`), as [`LockError::InvalidKey`]; any other error as it is.
+pub(super) fn not_a_fence(err: LockError, fence_key: Option<&str>) -> LockError {
+    match (&err, fence_key) {
+        (LockError::Backend(backend), Some(fence_key))
+            if backend.to_string().contains("NOTAFENCE") =>
+        {
+            let detail = backend
+                .to_string()
+                .split("NOTAFENCE")
+                .nth(1)
+                .map(|detail| {
+                    let detail = detail.trim_start_matches(['"', ':', ' ']);
+                    // Some servers add where the script stopped.
+                    detail
+                        .split(" script:")
+                        .next()
+                        .unwrap_or(detail)
+                        .trim()
+                        .to_owned()
+                })
+                .unwrap_or_default();
+            super::fence_key_refused(fence_key, &detail)
+        }
+        _ => err,
+    }
+}
+
 /// Reads the reply of the acquire script; `server` names it in errors.
 pub(super) fn acquired(reply: &[i64], fenced: bool, server: &str) -> Result<Acquired, LockError> {
     match reply {
@@ -1198,26 +1343,20 @@ impl Backend for RedisBackend {
             }
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);
-            if let Some(wait) = req.queue_for {
+            let expiry = self.fence_expiry.as_str();
+            let reply: Result<Vec<i64>, LockError> = if let Some(wait) = req.queue_for {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
                 let (wait, queue) = (millis(wait), derived_queue_key(&req.keys[0]));
-                let args = [req.value, &ttl, &wait, &queue];
-                let reply: Vec<i64> = self.invoke("obtain", &keys, &ACQUIRE_FAIR, &args).await?;
-                return acquired(&reply, req.fence_key.is_some(), &self.name);
-            }
-            let reply: Vec<i64> = match req.fence_key {
-                Some(fence_key) => {
-                    let mut keys = req.keys.to_vec();
-                    keys.push(fence_key.to_owned());
-                    self.invoke("obtain", &keys, &ACQUIRE, &[req.value, &ttl, &n])
-                        .await?
-                }
-                None => {
-                    self.invoke("obtain", req.keys, &ACQUIRE, &[req.value, &ttl, &n])
-                        .await?
-                }
+                let args = [req.value, &ttl, &wait, &queue, expiry, &self.grant_lease];
+                self.invoke("obtain", &keys, &ACQUIRE_FAIR, &args).await
+            } else {
+                let mut keys = req.keys.to_vec();
+                keys.extend(req.fence_key.map(str::to_owned));
+                let args = [req.value, &ttl, &n, expiry];
+                self.invoke("obtain", &keys, &ACQUIRE, &args).await
             };
+            let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
             acquired(&reply, req.fence_key.is_some(), &self.name)
         })
     }
@@ -1345,7 +1484,10 @@ impl Acknowledged {
 /// reconnection. `EVAL` rather than `EVALSHA`: a `NOSCRIPT` in the middle of
 /// a pipeline would need the pair sent again, and `EVAL` caches the script
 /// all the same.
-pub(super) fn acknowledged_acquire_pipe(req: &AcquireRequest<'_>) -> redis::Pipeline {
+pub(super) fn acknowledged_acquire_pipe(
+    req: &AcquireRequest<'_>,
+    fence_expiry: &str,
+) -> redis::Pipeline {
     let mut keys: Vec<&str> = req.keys.iter().map(String::as_str).collect();
     keys.extend(req.fence_key);
     let mut pipe = redis::pipe();
@@ -1356,6 +1498,7 @@ pub(super) fn acknowledged_acquire_pipe(req: &AcquireRequest<'_>) -> redis::Pipe
         .arg(req.value)
         .arg(millis(req.ttl))
         .arg(req.keys.len())
+        .arg(fence_expiry)
         .cmd("WAIT")
         .arg(req.replicas)
         // `WAIT` with 0 waits for ever: the locker never asks for less than
@@ -1417,7 +1560,7 @@ impl RedisBackend {
                     .map(|(_, conn, _)| conn)
             })
             .await?;
-        let pipe = acknowledged_acquire_pipe(&req);
+        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry);
         let mut conn = conn.clone();
         let (reply, acked): (Vec<i64>, usize) = match pipe.query_async(&mut conn).await {
             // As `invoke` does: the pair is safe to send again, the acquire

@@ -429,7 +429,8 @@ impl RedlockBackend {
         let mut set = self.spawn_on(granted, timeout, "fence", move |backend| {
             let (keys, args) = (keys.clone(), args.clone());
             async move {
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+                args.push(&backend.fence_expiry);
                 let done: i64 = backend.invoke("fence", &keys, &RAISE_FENCE, &args).await?;
                 Ok(if done == 1 {
                     Answer::Yes(())
@@ -590,6 +591,22 @@ impl Backend for RedlockBackend {
                 _ => {}
             }
             self.undo(&keys, req.token(), timeout).await;
+            // A fence key refused by a master is refused as such, not as a
+            // lack of quorum: asking again cannot help.
+            if outcome.is_err()
+                && let Some(refused) = tally
+                    .failed
+                    .iter()
+                    .find(|err| matches!(err, LockError::InvalidKey { .. }))
+            {
+                let LockError::InvalidKey { key, reason } = refused else {
+                    unreachable!("matched above")
+                };
+                return Err(LockError::InvalidKey {
+                    key: key.clone(),
+                    reason: reason.clone(),
+                });
+            }
             outcome?;
             let (index, remaining) = tally
                 .no

@@ -1,12 +1,23 @@
 -- Takes KEYS[1..n] for ARGV[2] ms with value ARGV[1], all or none.
 -- KEYS[n+1], when present, is the fence counter: incremented and returned
--- (next_fence, from fence.lua).
+-- (next_fence, from fence.lua), then kept for ARGV[4] ms after this use.
 -- ARGV[3] = n.
 -- Returns {1, fence or 0} when taken, {0, index, pttl} when KEYS[index] is held.
 -- Taking keys that already hold exactly ARGV[1] succeeds: that is a retry of
 -- an attempt whose reply was lost.
+-- All or none holds when the script fails too: everything that can fail
+-- (a fence counter that is not one, a lock key of another type) is found
+-- before the first write, and nothing after it can fail.
 local n = tonumber(ARGV[3])
 local value = ARGV[1]
+local counter = KEYS[n + 1]
+
+if counter then
+  local refused = fence_error(counter, KEYS, n)
+  if refused then
+    return refused
+  end
+end
 
 local function busy(i)
   return {0, i, redis.call('PTTL', KEYS[i])}
@@ -18,8 +29,8 @@ if n == 1 then
       return busy(1)
     end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if #KEYS > n then
-      return {1, tonumber(redis.call('GET', KEYS[n + 1]) or 0)}
+    if counter then
+      return {1, tonumber(redis.call('GET', counter) or 0)}
     end
     return {1, 0}
   end
@@ -39,14 +50,14 @@ else
     redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
   end
   if retried then
-    if #KEYS > n then
-      return {1, tonumber(redis.call('GET', KEYS[n + 1]) or 0)}
+    if counter then
+      return {1, tonumber(redis.call('GET', counter) or 0)}
     end
     return {1, 0}
   end
 end
 
-if #KEYS > n then
-  return {1, next_fence(KEYS[n + 1])}
+if counter then
+  return {1, next_fence(counter, ARGV[4])}
 end
 return {1, 0}

@@ -1,25 +1,39 @@
 -- A fair attempt to take KEYS[1] for ARGV[2] ms with value ARGV[1] (the
 -- 32-character token, then metadata). KEYS[2], when present, is the fence
--- counter: incremented (next_fence, from fence.lua)
--- and returned. ARGV[3] = how long this waiter stays queued,
+-- counter: incremented (next_fence, from fence.lua), returned, and kept for
+-- ARGV[5] ms after this use. ARGV[3] = how long this waiter stays queued,
 -- in ms (0: do not queue). ARGV[4] names the key's queue of waiters, in
--- KEYS[1]'s cluster slot (undeclared, as in release.lua).
+-- KEYS[1]'s cluster slot (undeclared, as in release.lua). ARGV[6] = this
+-- waiter's grant lease in ms (see grant.lua).
 -- The queue is a list, oldest first, of cjson entries {v = value, t = ttl ms,
--- e = expiry (server time, ms), f = fence key or ''}; release.lua hands the
--- key to its first live entry. Entries past their expiry are dropped.
+-- e = expiry (server time, ms), f = fence key or '', g = grant lease ms,
+-- x = fence counter expiry ms}; release.lua hands the key to its first live
+-- entry (grant, from grant.lua). Entries past their expiry are dropped.
 -- Returns {1, fence or 0} when taken, {0, 1, ms} when not, ms being how long
--- to wait at most before trying again (the holder's lease, or the first
--- waiter's expiry when the key is free but someone else is first).
+-- to wait at most before trying again (the holder's lease, or the grant
+-- lease of the waiter the key was just handed to).
 -- Taking a key that already holds exactly ARGV[1] succeeds: a retry whose
--- reply was lost, or a waiter the key was handed to.
+-- reply was lost, or a waiter confirming the key handed to it, which
+-- extends the key to its ttl and publishes "confirm:<token>".
+-- A fence counter that cannot be used is refused before anything is
+-- written (fence_error).
 local key, value, queue = KEYS[1], ARGV[1], ARGV[4]
+local counter = KEYS[2]
 local token = string.sub(value, 1, 32)
+
+if counter then
+  local refused = fence_error(counter, KEYS, 1)
+  if refused then
+    return refused
+  end
+end
 
 local current = redis.call('GET', key)
 if current == value then
   redis.call('PEXPIRE', key, ARGV[2])
-  if #KEYS > 1 then
-    return {1, tonumber(redis.call('GET', KEYS[2]) or 0)}
+  redis.pcall('PUBLISH', 'lockmacro:released:' .. key, 'confirm:' .. token)
+  if counter then
+    return {1, tonumber(redis.call('GET', counter) or 0)}
   end
   return {1, 0}
 end
@@ -49,27 +63,57 @@ for i = first, #entries do
   end
 end
 
-if not current and (not head or string.sub(head.v, 1, 32) == token) then
+local function take()
   if mine then
     redis.call('LREM', queue, 1, mine)
   end
   redis.call('SET', key, value, 'PX', ARGV[2])
-  if #KEYS > 1 then
-    return {1, next_fence(KEYS[2])}
+  if counter then
+    return {1, next_fence(counter, ARGV[5])}
   end
   return {1, 0}
+end
+
+local granted
+if not current then
+  -- Free: it goes to the first live waiter in line. Another one is handed
+  -- the key as a release would have (its grant lease ran out, or it was
+  -- never woken), and this waiter waits at most that grant lease.
+  local i = first
+  while head and not granted do
+    if string.sub(head.v, 1, 32) == token then
+      return take()
+    end
+    redis.call('LREM', queue, 1, entries[i])
+    granted = grant(key, head)
+    head = nil
+    while not granted and i < #entries do
+      i = i + 1
+      local entry = cjson.decode(entries[i])
+      if entry.e > now then
+        head = entry
+        break
+      end
+      redis.call('LREM', queue, 1, entries[i])
+    end
+  end
+  if not granted then
+    return take()
+  end
 end
 
 local wait = tonumber(ARGV[3])
 if wait > 0 and not mine then
   local ttl = tonumber(ARGV[2])
-  redis.call('RPUSH', queue, cjson.encode({v = value, t = ttl, e = now + wait, f = KEYS[2] or ''}))
+  local entry = {v = value, t = ttl, e = now + wait, f = counter or '',
+    g = tonumber(ARGV[6]), x = tonumber(ARGV[5])}
+  redis.call('RPUSH', queue, cjson.encode(entry))
   -- The queue outlives its last entry's lease, then goes by itself.
   if redis.call('PTTL', queue) < wait + ttl then
     redis.call('PEXPIRE', queue, wait + ttl)
   end
 end
-if current then
-  return {0, 1, redis.call('PTTL', key)}
+if granted then
+  return {0, 1, granted}
 end
-return {0, 1, head.e - now}
+return {0, 1, redis.call('PTTL', key)}

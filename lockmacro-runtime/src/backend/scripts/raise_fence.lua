@@ -8,6 +8,7 @@
 -- from its clock by the acquire script just before; raising it never lowers it.
 -- tonumber is exact: counters seeded from a clock in microseconds stay below
 -- 2^53 until the year 2255.
+-- The counter keeps expiring ARGV[3] ms after its last use (see fence.lua).
 -- Returns 1 when the lock was still held (and the counter is now >= ARGV[2]),
 -- 0 otherwise, changing nothing.
 local n = #KEYS - 1
@@ -17,6 +18,6 @@ for i = 1, n do
   end
 end
 if tonumber(redis.call('GET', KEYS[n + 1]) or 0) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[n + 1], ARGV[2])
+  redis.call('SET', KEYS[n + 1], ARGV[2], 'PX', ARGV[3])
 end
 return 1

@@ -4,12 +4,11 @@
 -- declared, so that a release touches one declared key per lock key, as
 -- before queues, while a cluster slot migrates. Returns 1 if all were ours,
 -- else 0.
--- A deleted key whose queue has a live waiter is handed to it at once: SET to
--- its value with its ttl, its fence counter incremented (next_fence), and
--- "<token>:<fence>" published on "lockmacro:released:<key>", so that it
--- holds the key without another round trip. Any other deleted key is announced there with an empty
--- message, so that waiters retry at once instead of polling (a PUBLISH nobody
--- listens to costs one dictionary lookup). The caller's own queue entry, if
+-- A deleted key whose queue has a live waiter is handed to it at once, for
+-- its short grant lease, which the waiter confirms (grant, from grant.lua).
+-- Any other deleted key is announced on "lockmacro:released:<key>" with an
+-- empty message, so that waiters retry at once instead of polling (a PUBLISH
+-- nobody listens to costs one dictionary lookup). The caller's own queue entry, if
 -- any, is removed: a waiter that gives up leaves the queue this way.
 -- redis.pcall: a user whose ACL denies the channel still releases; its
 -- waiters then wait by backoff.
@@ -36,7 +35,12 @@ for i = 1, #KEYS do
   -- would be in another slot).
   local from, done = 0, queue == ''
   while not done do
-    local entries = redis.call('LRANGE', queue, from, from + CHUNK - 1)
+    local entries = redis.pcall('LRANGE', queue, from, from + CHUNK - 1)
+    if entries.err then
+      -- Not a list (written by someone else): no queue, rather than an
+      -- error after the DEL above, which Redis would not undo.
+      entries = {}
+    end
     if #entries > 0 and not now then
       local time = redis.call('TIME')
       now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -52,15 +56,12 @@ for i = 1, #KEYS do
         done = mine and not owned
       elseif owned then
         redis.call('LREM', queue, 1, raw)
-        redis.call('SET', key, entry.v, 'PX', entry.t)
-        local fence = 0
-        if entry.f ~= '' then
-          fence = next_fence(entry.f)
-        end
-        redis.pcall('PUBLISH', 'lockmacro:released:' .. key, string.sub(entry.v, 1, 32) .. ':' .. fence)
-        granted = true
+        removed = removed + 1
+        -- An entry whose fence counter cannot be used is dropped, changing
+        -- nothing else; the next one is handed the key instead.
+        granted = grant(key, entry) ~= false
         -- An owner has no entry of its own left: the rest can wait.
-        done = true
+        done = granted
       end
       if done then
         break

@@ -1,0 +1,49 @@
+-- Prepended, after fence.lua, to the scripts that hand a key to a fair
+-- waiter (release.lua, and acquire_fair.lua when it finds the key free with
+-- another waiter first in line).
+--
+-- grant(key, entry) gives `key` to the decoded queue entry `entry` (see
+-- acquire_fair.lua) for its grant lease only (entry.g ms, at most its ttl),
+-- mints its fencing token (next_fence), and publishes "grant:<token>:<lease
+-- ms>" on "lockmacro:released:<key>". The waiter, woken by that message,
+-- confirms by trying again: acquire_fair.lua finds the key holding its value,
+-- extends it to the waiter's ttl and publishes "confirm:<token>". A waiter
+-- that died in the queue never confirms, so it holds the key for its grant
+-- lease at most, and never for its ttl.
+-- The other waiters of the key hear both messages on the channel they
+-- already listen to: one that hears a grant and no confirm within its lease
+-- tries again, which gives the key to the next in line (or takes it). The
+-- key is held, by the grantee, until the lease ends, so no one can be let in
+-- early; every waiter has a timer on that end, so no one sleeps past it.
+--
+-- An entry without g, queued by a version of the library without grant
+-- leases, is given the key for its whole ttl and told "<token>:<fence>", as
+-- that version expects.
+-- Returns the lease given, in ms, or false, changing nothing, when the
+-- entry's fence counter cannot be used (fence_error): the caller drops the
+-- entry and goes on with the next.
+local DEFAULT_FENCE_EXPIRY = 86400000
+
+local function grant(key, entry)
+  if entry.f ~= '' and fence_error(entry.f, {key}, 1) then
+    return false
+  end
+  local lease = entry.t
+  if entry.g and entry.g < lease then
+    lease = entry.g
+  end
+  redis.call('SET', key, entry.v, 'PX', lease)
+  local fence = 0
+  if entry.f ~= '' then
+    fence = next_fence(entry.f, entry.x or DEFAULT_FENCE_EXPIRY)
+  end
+  local token = string.sub(entry.v, 1, 32)
+  local channel = 'lockmacro:released:' .. key
+  if entry.g then
+    redis.pcall('PUBLISH', channel, 'grant:' .. token .. ':' .. lease)
+  else
+    redis.pcall('PUBLISH', channel, token .. ':' .. fence)
+  end
+  return lease
+end
+
