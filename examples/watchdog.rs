@@ -77,7 +77,7 @@ impl Setup {
         let key = locker.wire_key(key);
         match self {
             Setup::Memory(backend) => {
-                use lockmacro_runtime::Backend;
+                use lockmacro_runtime::backend::Backend;
                 if !backend.release(&[key], owner_token).await? {
                     return Err("the export no longer held `export`".into());
                 }

@@ -132,6 +132,10 @@ pub enum BackendErrorKind {
     /// not for that host name, the port does not speak TLS, or the root
     /// certificate given cannot be read. Retrying does not help.
     Tls,
+    /// The backend cannot do what the call asked for (fair hand-off on a
+    /// backend without a queue of waiters, replicas where there are none):
+    /// the message says what to do instead. Retrying does not help.
+    Unsupported,
     /// Any other error reported by the server or the client.
     Other,
 }

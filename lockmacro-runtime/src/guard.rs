@@ -63,7 +63,7 @@ impl Lock {
     /// Like [`keep_alive`](Self::keep_alive), refreshing every `period`.
     ///
     /// The period must be above zero and shorter than the ttl less the
-    /// backend's [drift margin](crate::Backend::drift), or the lease would
+    /// backend's [drift margin](crate::backend::Backend::drift), or the lease would
     /// lapse between two refreshes: other periods are refused with
     /// [`LockError::InvalidDuration`], and the lock is then released in the
     /// background.

@@ -102,7 +102,7 @@
 //!   ([`RedlockBackend`]), for locks that must survive the loss of a
 //!   minority of servers.
 //! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
-//! - [`Locker::new`]: any [`Backend`] of your own.
+//! - [`Locker::new`]: any [`Backend`](backend::Backend) of your own.
 //!
 //! ## Locks by hand
 //!
@@ -113,7 +113,7 @@
 //! hands it to the locker's watchdog, which refreshes it until it is released
 //! and tells you when it is lost ([`LockGuard::lost`]). One watchdog task per
 //! locker serves all its leases: the refreshes that fall due together are
-//! sent together ([`Backend::refresh_many`]: one script call per 500 leases
+//! sent together ([`Backend::refresh_many`](backend::Backend::refresh_many): one script call per 500 leases
 //! on one Redis server), so a locker can keep 100,000 leases alive.
 //!
 //! [`ObtainOptions`] choose how to wait ([`RetryStrategy`]: none, linear,
@@ -230,7 +230,7 @@
 //! acquire leaves no key behind.
 //!
 //! Counters expire a day after the last token minted from them
-//! ([`DEFAULT_FENCE_EXPIRY`]; [`RedisConfig::fence_expiry`],
+//! ([`DEFAULT_FENCE_EXPIRY`](backend::DEFAULT_FENCE_EXPIRY); [`RedisConfig::fence_expiry`],
 //! [`MemoryBackend::fence_expiry`]), so that the counters of keys no longer
 //! used do not pile up. A counter made again afterwards starts at the clock
 //! (below), which has moved on by at least that day since the last token.
@@ -336,7 +336,7 @@
 //! | `lockmacro_leases_held` | gauge | leases held now |
 //!
 //! Every metric has two labels: `backend` (`redis`, `cluster`, `redlock`,
-//! `memory`, or a custom backend's [`Backend::name`]) and `namespace` (the
+//! `memory`, or a custom backend's [`Backend::name`](backend::Backend::name)) and `namespace` (the
 //! locker's, empty without one). Both are fixed in code, never taken from
 //! keys, so the number of series stays small. For Prometheus, with the
 //! `metrics-exporter-prometheus` crate:
@@ -353,7 +353,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
-mod backend;
+pub mod backend;
 #[cfg(doctest)]
 mod doc_examples;
 mod error;
@@ -373,9 +373,7 @@ mod watchdog;
 pub mod __private;
 
 pub use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, DEFAULT_FENCE_EXPIRY,
-    DEFAULT_GRANT_LEASE, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, RefreshRequest,
-    ReleaseListener, TOKEN_LEN,
+    ClusterBackend, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
 };
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};

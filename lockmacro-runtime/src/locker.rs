@@ -365,10 +365,15 @@ impl Locker {
         // the backoff.
         let mut listening: Option<(usize, ReleaseListener)> = None;
         let mut relistened = 0;
-        if opts.fair && !opts.retry.is_none() && self.backend().listening(&wire_keys[0]) {
+        // Checked by `check_fair` when `opts.fair`.
+        let queue = self.backend().fair_queue().filter(|_| opts.fair);
+        if let Some(queue) = queue
+            && !opts.retry.is_none()
+            && queue.listening(&wire_keys[0])
+        {
             // Listening first costs nothing now; then the first attempt is
             // the only one: a hand-off can only follow it.
-            let listener = self.backend().listen_granted(&wire_keys[0], &token).await;
+            let listener = queue.listen_granted(&wire_keys[0], &token).await;
             listening = Some((0, listener));
         }
         loop {
@@ -500,10 +505,9 @@ impl Locker {
                         attempts -= 1;
                     }
                     let key = &wire_keys[index];
-                    let listener = if opts.fair {
-                        self.backend().listen_granted(key, &token).await
-                    } else {
-                        self.backend().listen(key).await
+                    let listener = match queue {
+                        Some(queue) => queue.listen_granted(key, &token).await,
+                        None => self.backend().listen(key).await,
                     };
                     listening = Some((index, listener));
                 }
@@ -521,9 +525,9 @@ impl Locker {
                     .into(),
             });
         }
-        if !self.backend().fair() {
+        if self.backend().fair_queue().is_none() {
             return Err(BackendError::new(
-                BackendErrorKind::Other,
+                BackendErrorKind::Unsupported,
                 format!("obtain `{}`", keys[0]),
                 "this backend keeps no queue of waiters, so it cannot hand locks over fairly \
                  (Redlock cannot: see `RedlockBackend`); obtain without `fair`",
@@ -602,7 +606,7 @@ impl Locker {
     ) -> Result<(), LockError> {
         let refuse = |reason: &str| -> LockError {
             BackendError::new(
-                BackendErrorKind::Other,
+                BackendErrorKind::Unsupported,
                 format!("obtain `{}`", keys.join("`, `")),
                 reason,
             )

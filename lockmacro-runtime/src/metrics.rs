@@ -5,7 +5,7 @@
 //! `namespace` (the locker's namespace, empty without one): both are set in
 //! code, so the number of series stays bounded whatever the keys are.
 //!
-//! [`Backend::name`]: crate::Backend::name
+//! [`Backend::name`]: crate::backend::Backend::name
 //! [`metrics`]: https://docs.rs/metrics
 
 use std::time::Duration;

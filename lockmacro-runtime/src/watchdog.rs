@@ -15,7 +15,7 @@
 //! about `2t / 3` (each confirmed refresh moves the deadline to its send time
 //! plus the ttl, and the next one is sent a period later).
 //!
-//! [`Backend::refresh_many`]: crate::Backend::refresh_many
+//! [`Backend::refresh_many`]: crate::backend::Backend::refresh_many
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};

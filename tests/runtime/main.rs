@@ -54,6 +54,10 @@ macro_rules! behaviour_suite {
         mod on_memory {
             cases_on!(crate::fixture::Fixture::memory(); $($case,)* $($multi,)*);
         }
+
+        mod on_a_backend_written_outside_the_crate {
+            cases_on!(crate::fixture::Fixture::outside(); $($case,)* $($multi,)*);
+        }
     };
 }
 

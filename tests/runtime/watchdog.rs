@@ -5,9 +5,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use lockmacro_runtime::backend::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest};
 use lockmacro_runtime::{
-    AcquireRequest, Acquired, Backend, BoxFuture, LockError, LockGuard, Locker, MemoryBackend,
-    ObtainOptions, RedisBackend, RedisConfig, RedlockBackend, RefreshRequest,
+    LockError, LockGuard, Locker, MemoryBackend, ObtainOptions, RedisBackend, RedisConfig,
+    RedlockBackend,
 };
 use tokio::task::JoinSet;
 use tokio::time::Instant;

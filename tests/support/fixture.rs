@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockmacro_runtime::backend::Backend;
 use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, RedisBackend};
 
 use crate::support::RedisServer;
@@ -32,7 +33,8 @@ enum Under {
     Redis(RedisServer),
     Cluster(RedisCluster),
     Redlock(Vec<RedisServer>),
-    Memory(Arc<MemoryBackend>),
+    /// A backend in this process: the crate's own, or one written outside it.
+    Memory(Arc<dyn Backend>),
 }
 
 impl Fixture {
@@ -62,6 +64,13 @@ impl Fixture {
     pub fn memory() -> Self {
         Fixture {
             backend: Under::Memory(Arc::new(MemoryBackend::new())),
+        }
+    }
+
+    /// A backend written outside the crate (`support/outside.rs`).
+    pub fn outside() -> Self {
+        Fixture {
+            backend: Under::Memory(Arc::new(crate::support::outside::MapBackend::default())),
         }
     }
 

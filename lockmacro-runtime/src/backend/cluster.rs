@@ -15,8 +15,8 @@ use super::redis::{
 };
 use super::slot::{check_same_slot, slot};
 use super::{
-    AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, ReleaseListener, TOKEN_LEN,
-    derived_queue_key, join_all,
+    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
+    TOKEN_LEN, derived_queue_key, join_all,
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
@@ -606,24 +606,12 @@ impl Backend for ClusterBackend {
         })
     }
 
-    fn fair(&self) -> bool {
-        true
+    fn fair_queue(&self) -> Option<&dyn FairQueue> {
+        Some(self)
     }
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
         Box::pin(self.wakeups.listen(key, None))
-    }
-
-    fn listen_granted<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key, Some(token)))
-    }
-
-    fn listening(&self, key: &str) -> bool {
-        self.wakeups.subscribed(key)
     }
 
     fn acknowledges_replicas(&self) -> bool {
@@ -669,5 +657,19 @@ impl ClusterBackend {
                 })
             }
         }
+    }
+}
+
+impl FairQueue for ClusterBackend {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, Some(token)))
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        self.wakeups.subscribed(key)
     }
 }

@@ -6,7 +6,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest, ReleaseListener, TOKEN_LEN,
+    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
+    TOKEN_LEN,
 };
 use crate::LockError;
 
@@ -526,10 +527,12 @@ impl Backend for MemoryBackend {
         ready(ReleaseListener::new(self.state().listen(key), ()))
     }
 
-    fn fair(&self) -> bool {
-        true
+    fn fair_queue(&self) -> Option<&dyn FairQueue> {
+        Some(self)
     }
+}
 
+impl FairQueue for MemoryBackend {
     fn listen_granted<'a>(
         &'a self,
         key: &'a str,

@@ -72,10 +72,61 @@ pub struct AcquireRequest<'a> {
     pub replica_timeout: Duration,
 }
 
-impl AcquireRequest<'_> {
-    /// The owner's token: the first [`TOKEN_LEN`] bytes of the value.
+impl<'a> AcquireRequest<'a> {
+    /// An ordinary attempt to take every one of `keys` (namespaced, sorted,
+    /// no duplicates) for `ttl`, storing `value`: the owner's token
+    /// ([`TOKEN_LEN`] hex digits), then any metadata. No fence, no queue,
+    /// no replicas; add them with the methods below.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::MemoryBackend;
+    /// use lockmacro_runtime::backend::{AcquireRequest, Acquired, Backend};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let keys = ["job".to_owned()];
+    /// let value = "0123456789abcdef0123456789abcdef worker-7";
+    /// let request = AcquireRequest::new(&keys, value, Duration::from_secs(5)).fence_key("job:fence");
+    /// assert!(matches!(backend.acquire(request).await?, Acquired::Obtained { fence: Some(_) }));
+    /// assert_eq!(request.token(), "0123456789abcdef0123456789abcdef");
+    /// # Ok(()) }
+    /// ```
+    pub fn new(keys: &'a [String], value: &'a str, ttl: Duration) -> Self {
+        AcquireRequest {
+            keys,
+            value,
+            ttl,
+            fence_key: None,
+            queue_for: None,
+            replicas: 0,
+            replica_timeout: Duration::ZERO,
+        }
+    }
+
+    /// Mints a fencing token from the counter at `fence_key`.
+    pub fn fence_key(mut self, fence_key: &'a str) -> Self {
+        self.fence_key = Some(fence_key);
+        self
+    }
+
+    /// A fair attempt: see [`AcquireRequest::queue_for`].
+    pub fn queue_for(mut self, wait: Duration) -> Self {
+        self.queue_for = Some(wait);
+        self
+    }
+
+    /// Waits up to `timeout` for `replicas` replicas to acknowledge the keys.
+    pub fn replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.replicas = replicas;
+        self.replica_timeout = timeout;
+        self
+    }
+
+    /// The owner's token: the first [`TOKEN_LEN`] bytes of the value (all
+    /// of it, if shorter).
     pub fn token(&self) -> &str {
-        &self.value[..TOKEN_LEN]
+        self.value.get(..TOKEN_LEN).unwrap_or(self.value)
     }
 }
 
@@ -97,7 +148,8 @@ impl<'a> RefreshRequest<'a> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
     /// use std::time::Duration;
-    /// use lockmacro_runtime::{Backend, MemoryBackend, RefreshRequest};
+    /// use lockmacro_runtime::MemoryBackend;
+    /// use lockmacro_runtime::backend::{Backend, RefreshRequest};
     ///
     /// let backend = MemoryBackend::new();
     /// let keys = ["job".to_owned()];
@@ -221,38 +273,13 @@ pub trait Backend: Send + Sync + 'static {
         "custom"
     }
 
-    /// True when the backend queues fair attempts
-    /// ([`AcquireRequest::queue_for`]) and its releases hand the key to the
-    /// head of the queue. False by default: a [`Locker`](crate::Locker)
-    /// refuses fair obtains on such a backend.
-    fn fair(&self) -> bool {
-        false
-    }
-
-    /// Like [`listen`](Self::listen), for a fair waiter holding `token` in the
-    /// queue of `key`: the listener hears when a release hands the key to
-    /// this waiter, and nothing else. A backend that hands the key over for
-    /// good reports it with [`ReleaseListener::granted`]; one that hands it
-    /// over for a short grant lease (Redis, the cluster) only ends the wait,
-    /// and the waiter confirms by trying again, as the acquire of a key that
-    /// already holds its value reports `Obtained` and extends it to its ttl.
-    /// The default hears nothing: the waiter finds out by trying again.
-    fn listen_granted<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ReleaseListener> {
-        let _ = (key, token);
-        Box::pin(std::future::ready(ReleaseListener::deaf()))
-    }
-
-    /// True when [`listen_granted`](Self::listen_granted) on `key` would
-    /// cost no round trip right now. A fair waiter then listens before its
-    /// first attempt, and needs no second attempt once it is queued. False
-    /// by default.
-    fn listening(&self, key: &str) -> bool {
-        let _ = key;
-        false
+    /// The backend's queue of fair waiters, if it keeps one: an acquire with
+    /// [`AcquireRequest::queue_for`] then respects and joins the key's
+    /// queue, and a release hands the key to the head of the queue. `None`
+    /// by default: a [`Locker`](crate::Locker) refuses fair obtains on such a
+    /// backend with [`BackendErrorKind::Unsupported`](crate::BackendErrorKind::Unsupported).
+    fn fair_queue(&self) -> Option<&dyn FairQueue> {
+        None
     }
 
     /// True when the backend honours [`AcquireRequest::replicas`]: it waits
@@ -260,6 +287,37 @@ pub trait Backend: Send + Sync + 'static {
     /// default: a [`Locker`](crate::Locker) refuses obtains that ask for
     /// replicas on such a backend, rather than let them go unreplicated.
     fn acknowledges_replicas(&self) -> bool {
+        false
+    }
+}
+
+/// A backend's queue of fair waiters: the one capability a backend adds to
+/// serve [`ObtainOptions::fair`](crate::ObtainOptions::fair); see
+/// [`Backend::fair_queue`].
+///
+/// The queue lives in [`Backend::acquire`] (a request with
+/// [`AcquireRequest::queue_for`] takes the key only if nobody is queued
+/// ahead, else joins the queue once) and [`Backend::release`] (it hands the
+/// key to the head of the queue, and removes the caller's own entry: a
+/// waiter that gives up leaves the queue by releasing with its token). This
+/// trait adds how a waiter hears that the key was handed to it.
+pub trait FairQueue: Send + Sync {
+    /// Like [`Backend::listen`], for a fair waiter holding `token` in the
+    /// queue of `key`: the listener hears when a release hands the key to
+    /// this waiter, and nothing else. A backend that hands the key over for
+    /// good reports it with [`ReleaseListener::granted`]; one that hands it
+    /// over for a short grant lease (Redis, the cluster) only ends the wait,
+    /// and the waiter confirms by trying again, as the acquire of a key that
+    /// already holds its value reports `Obtained` and extends it to its ttl.
+    fn listen_granted<'a>(&'a self, key: &'a str, token: &'a str)
+    -> BoxFuture<'a, ReleaseListener>;
+
+    /// True when [`listen_granted`](Self::listen_granted) on `key` would
+    /// cost no round trip right now. A fair waiter then listens before its
+    /// first attempt, and needs no second attempt once it is queued. False
+    /// by default.
+    fn listening(&self, key: &str) -> bool {
+        let _ = key;
         false
     }
 }
@@ -311,7 +369,7 @@ impl ReleaseListener {
         }
     }
 
-    /// A fair waiter's listener (see [`Backend::listen_granted`]): the backend
+    /// A fair waiter's listener (see [`FairQueue::listen_granted`]): the backend
     /// sends `Some(fence)` on `grant` when a release hands it the key (`0` as
     /// the fence when none was minted).
     pub fn granting(
@@ -518,20 +576,8 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         (**self).listen(key)
     }
 
-    fn fair(&self) -> bool {
-        (**self).fair()
-    }
-
-    fn listen_granted<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ReleaseListener> {
-        (**self).listen_granted(key, token)
-    }
-
-    fn listening(&self, key: &str) -> bool {
-        (**self).listening(key)
+    fn fair_queue(&self) -> Option<&dyn FairQueue> {
+        (**self).fair_queue()
     }
 
     fn acknowledges_replicas(&self) -> bool {

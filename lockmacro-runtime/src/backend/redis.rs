@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::{
     AcquireRequest, Acquired, Backend, BoxFuture, DEFAULT_FENCE_EXPIRY, DEFAULT_GRANT_LEASE,
-    HandOff, RefreshRequest, ReleaseListener, TOKEN_LEN, derived_queue_key, join_all,
+    FairQueue, HandOff, RefreshRequest, ReleaseListener, TOKEN_LEN, derived_queue_key, join_all,
 };
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
@@ -1154,7 +1154,9 @@ pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> Backen
         }
         BackendErrorKind::Timeout => format!("no answer in time: {err}"),
         BackendErrorKind::Unreachable => format!("server unreachable: {err}"),
-        BackendErrorKind::Tls | BackendErrorKind::Other => err.to_string(),
+        BackendErrorKind::Tls | BackendErrorKind::Unsupported | BackendErrorKind::Other => {
+            err.to_string()
+        }
     };
     BackendError::new(kind, format!("{server}: {what}"), message).with_source(err)
 }
@@ -1437,20 +1439,8 @@ impl Backend for RedisBackend {
         Box::pin(self.wakeups.listen(key, None))
     }
 
-    fn fair(&self) -> bool {
-        true
-    }
-
-    fn listen_granted<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key, Some(token)))
-    }
-
-    fn listening(&self, key: &str) -> bool {
-        self.wakeups.subscribed(key)
+    fn fair_queue(&self) -> Option<&dyn FairQueue> {
+        Some(self)
     }
 
     fn acknowledges_replicas(&self) -> bool {
@@ -1602,5 +1592,19 @@ mod tests {
         );
         assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+}
+
+impl FairQueue for RedisBackend {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, Some(token)))
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        self.wakeups.subscribed(key)
     }
 }
