@@ -1580,6 +1580,20 @@ impl RedisBackend {
     }
 }
 
+impl FairQueue for RedisBackend {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, Some(token)))
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        self.wakeups.subscribed(key)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact;
@@ -1592,19 +1606,5 @@ mod tests {
         );
         assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
-    }
-}
-
-impl FairQueue for RedisBackend {
-    fn listen_granted<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key, Some(token)))
-    }
-
-    fn listening(&self, key: &str) -> bool {
-        self.wakeups.subscribed(key)
     }
 }
