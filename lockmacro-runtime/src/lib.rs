@@ -180,7 +180,9 @@
 //!   by the grantee until the lease ends, so the retry cannot let anyone in
 //!   early, and every waiter has a timer on that end, so none sleeps past it.
 //!   A waiter that cannot confirm within its grant lease (paused longer than
-//!   that) loses its turn and queues again.
+//!   that) loses its turn and queues again. A dead waiter costs each waiter
+//!   queued behind it one attempt; a live one costs them nothing but the two
+//!   messages they hear.
 //! - **The lease of a handed-over lock** is counted from when the confirming
 //!   attempt was *sent* (minus the backend's drift), as for any attempt.
 //! - **Backends.** [`RedisBackend`], [`ClusterBackend`] and [`MemoryBackend`]

@@ -55,7 +55,10 @@ pub(super) static REFRESH_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(
 pub(super) const REFRESH_BATCH: usize = 500;
 
 /// Connection settings for [`RedisBackend`], [`ClusterBackend`](super::ClusterBackend)
-/// and [`RedlockBackend`](super::RedlockBackend).
+/// and [`RedlockBackend`](super::RedlockBackend), and how long the keys the
+/// library keeps next to the locks last: fence counters
+/// ([`fence_expiry`](Self::fence_expiry)) and keys handed to fair waiters
+/// before they confirm ([`grant_lease`](Self::grant_lease)).
 ///
 /// ```
 /// use std::time::Duration;
