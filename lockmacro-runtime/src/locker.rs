@@ -391,6 +391,9 @@ impl Locker {
                 queue_for,
                 replicas: opts.replicas,
                 replica_timeout: opts.replica_bound(ttl),
+                // Once listening, a busy answer must say how long the holder
+                // has left: it bounds the wait, which no message may end.
+                wait: listening.is_some(),
             };
             // From here until its reply is read, the attempt may hold the
             // keys: a dropped or timed-out call must give them back.

@@ -360,3 +360,48 @@ async fn restart_without_persistence_loses_the_lease_and_the_owner_learns_it() {
         "obtain after restart",
     );
 }
+
+/// Calls per command since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
+fn command_calls(server: &RedisServer) -> std::collections::HashMap<String, u64> {
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_plain_obtain_is_one_set_command_busy_or_not() {
+    let server = RedisServer::start();
+    let (holder, other) = (locker(&server).await, locker(&server).await);
+    let ttl = Duration::from_secs(30);
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+
+    let lock = server.expect_ok(
+        holder.obtain("job", ttl, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let busy = other.obtain("job", ttl, ObtainOptions::new()).await;
+    assert!(busy.is_err_and(|err| err.is_not_obtained()));
+    let calls = command_calls(&server);
+    assert_eq!(calls.get("set"), Some(&2), "{calls:?}");
+    assert_eq!(
+        calls.keys().filter(|name| name.starts_with("eval")).count(),
+        0,
+        "a script ran: {calls:?}"
+    );
+    // What the plain attempt wrote is the lock any other client sees.
+    let value: String = server.cmd(&["GET", "job"]);
+    assert!(value.starts_with(lock.token()));
+    let left: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(left > 29_000, "{left}");
+    server.expect_ok(lock.release().await, "release");
+}

@@ -10,8 +10,8 @@ use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
     REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
     acknowledged_acquire_pipe, acknowledged_outcome, acquired, backend_error,
-    check_replica_timeout, install_crypto_provider, millis, not_a_fence, open_client, pttl, redact,
-    refresh_many_cmd, refreshed,
+    check_replica_timeout, install_crypto_provider, millis, not_a_fence, open_client,
+    plain_outcome, plain_set, pttl, redact, refresh_many_cmd, refreshed,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
@@ -471,6 +471,23 @@ impl Backend for ClusterBackend {
             check_same_slot(req.keys, req.fence_key)?;
             if req.replicas > 0 {
                 return self.acquire_acknowledged(req).await;
+            }
+            if req.is_plain() {
+                let set = plain_set(&req);
+                let previous: Option<String> = self
+                    .follow(req.keys, |mut conn| {
+                        let set = set.clone();
+                        async move { set.query_async(&mut conn).await }
+                    })
+                    .await
+                    .map_err(|failure| {
+                        LockError::from(
+                            failure.into_error(&self.name, &format!("obtain `{}`", req.keys[0])),
+                        )
+                    })?;
+                if let Some(plain) = plain_outcome(&req, previous) {
+                    return Ok(plain);
+                }
             }
             let mut keys = req.keys.to_vec();
             keys.extend(req.fence_key.map(str::to_owned));

@@ -70,6 +70,12 @@ pub struct AcquireRequest<'a> {
     pub replicas: usize,
     /// How long to wait for those acknowledgements.
     pub replica_timeout: Duration,
+    /// The caller listens for the release of a busy key and will wait for
+    /// it: report the holder's remaining lease in [`Acquired::Busy`] if the
+    /// backend can tell, so that the wait ends by itself when the lease
+    /// does. Without it, a backend may answer a busy key more cheaply, with
+    /// `remaining: None`.
+    pub wait: bool,
 }
 
 impl<'a> AcquireRequest<'a> {
@@ -101,7 +107,25 @@ impl<'a> AcquireRequest<'a> {
             queue_for: None,
             replicas: 0,
             replica_timeout: Duration::ZERO,
+            wait: false,
         }
+    }
+
+    /// The caller will wait if the key is busy: see [`AcquireRequest::wait`].
+    pub fn waiting(mut self) -> Self {
+        self.wait = true;
+        self
+    }
+
+    /// True for the attempt that costs what the floor costs: one key, no
+    /// fence, no queue, no replicas, nobody waiting on the answer. A Redis
+    /// backend sends it as one plain `SET key value NX PX ttl`.
+    pub fn is_plain(&self) -> bool {
+        self.keys.len() == 1
+            && self.fence_key.is_none()
+            && self.queue_for.is_none()
+            && self.replicas == 0
+            && !self.wait
     }
 
     /// Mints a fencing token from the counter at `fence_key`.

@@ -1278,6 +1278,38 @@ pub(super) fn release_args(keys: &[String], token: &str) -> Vec<String> {
     std::iter::once(token.to_owned()).chain(queues).collect()
 }
 
+/// The plain attempt ([`AcquireRequest::is_plain`]): `SET key value NX PX
+/// ttl GET`, which answers the value it found (Redis 7.0 and later allow
+/// `NX` with `GET`), so that a retry of an attempt whose reply was lost is
+/// told apart from another owner in the same round trip.
+pub(super) fn plain_set(req: &AcquireRequest<'_>) -> redis::Cmd {
+    let mut set = redis::cmd("SET");
+    set.arg(&req.keys[0])
+        .arg(req.value)
+        .arg("NX")
+        .arg("PX")
+        .arg(millis(req.ttl))
+        .arg("GET");
+    set
+}
+
+/// What the plain attempt found: taken (nothing was there), or busy; `None`
+/// when the key already holds this very value, a retry whose first reply was
+/// lost: the script then extends it to the ttl from now.
+pub(super) fn plain_outcome(
+    req: &AcquireRequest<'_>,
+    previous: Option<String>,
+) -> Option<Acquired> {
+    match previous {
+        None => Some(Acquired::Obtained { fence: None }),
+        Some(previous) if previous == req.value => None,
+        Some(_) => Some(Acquired::Busy {
+            index: 0,
+            remaining: None,
+        }),
+    }
+}
+
 pub(super) fn millis(ttl: Duration) -> String {
     ttl.as_millis().to_string()
 }
@@ -1345,6 +1377,22 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             if req.replicas > 0 {
                 return self.acquire_acknowledged(req).await;
+            }
+            if req.is_plain() {
+                let mut conn = self.conn.clone();
+                let set = plain_set(&req);
+                let first = set.query_async(&mut conn).await;
+                let previous: Option<String> = match first {
+                    Err(err) if err.is_connection_dropped() => {
+                        tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
+                        set.query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+                .map_err(|err| backend_error(&self.name, &format!("obtain `{}`", req.keys[0]), err))?;
+                if let Some(plain) = plain_outcome(&req, previous) {
+                    return Ok(plain);
+                }
             }
             let n = req.keys.len().to_string();
             let ttl = millis(req.ttl);

@@ -535,7 +535,7 @@ impl Backend for RedlockBackend {
             let keys: Arc<[String]> = req.keys.into();
             let value: Arc<str> = req.value.into();
             let fence_key: Option<Arc<str>> = req.fence_key.map(Into::into);
-            let ttl = req.ttl;
+            let (ttl, wait) = (req.ttl, req.wait);
             let mut set = {
                 let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
                 self.spawn(timeout, "obtain", move |backend| {
@@ -549,6 +549,9 @@ impl Backend for RedlockBackend {
                             queue_for: None,
                             replicas: 0,
                             replica_timeout: Duration::ZERO,
+                            // A first attempt is a plain one on each
+                            // master, as cheap as on one server.
+                            wait,
                         };
                         Ok(match backend.acquire(req).await? {
                             Acquired::Obtained { fence } => Answer::Yes(fence),
