@@ -59,7 +59,7 @@ pub fn write(path: &Path, title: &str, views: &[(String, Vec<Series>)]) -> Resul
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc("hand-off µs (release returned → next holder's acquire returned)")
+            .x_desc("hand-off µs, release returned → next holder's acquire returned (under 1 µs: at 1)")
             .y_desc("share of hand-offs ≤ x")
             .y_label_formatter(&|share| format!("{:.0} %", share * 100.0))
             .x_label_formatter(&|us| format!("{us:.0}"))

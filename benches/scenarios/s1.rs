@@ -263,12 +263,19 @@ async fn measure(
 fn print(title: &str, variants: &[Variant], samples: &[Vec<Sample>]) {
     println!("\n{title}");
     println!(
-        "  {:<28} {:>9} {:>20} {:>9} {:>9} {:>11} {:>11}",
-        "variant", "cycles/s", "vs floor (runs)", "p50 µs", "p99 µs", "client µs", "server µs"
+        "  {:<28} {:>9} {:>20} {:>9} {:>9} {:>10} {:>10} {:>20}",
+        "variant",
+        "cycles/s",
+        "vs floor (runs)",
+        "p50 µs",
+        "p99 µs",
+        "client µs",
+        "server µs",
+        "CPU: floor / this"
     );
     println!(
-        "  {:<28} {:>9} {:>20} {:>9} {:>9} {:>11} {:>11}",
-        "", "", "", "", "", "per cycle", "per cycle"
+        "  {:<28} {:>9} {:>20} {:>9} {:>9} {:>10} {:>10} {:>20}",
+        "", "", "", "", "", "per cycle", "per cycle", "(runs)"
     );
     let floor = &samples[0];
     for (variant, runs) in variants.iter().zip(samples) {
@@ -281,8 +288,19 @@ fn print(title: &str, variants: &[Variant], samples: &[Vec<Sample>]) {
             let median = median(runs.iter().map(|run| us(percentile(&run.latencies, q))));
             micros(Duration::from_secs_f64(median / 1e6))
         };
+        // Client + server CPU per cycle of the floor over this variant's, run
+        // by run: unlike cycles/s, it does not move when another process
+        // takes the CPU for a while.
+        let cpu_ratios: Vec<f64> = runs
+            .iter()
+            .zip(floor)
+            .map(|(run, floor)| {
+                let total = |sample: &Sample| sample.cpu().0 + sample.cpu().1;
+                total(floor) / total(run)
+            })
+            .collect();
         println!(
-            "  {:<28} {:>9.0} {:>20} {:>9} {:>9} {:>11.1} {:>11.1}",
+            "  {:<28} {:>9.0} {:>20} {:>9} {:>9} {:>10.1} {:>10.1} {:>20}",
             variant.name(),
             median(runs.iter().map(Sample::per_sec)),
             ratio(&ratios),
@@ -290,6 +308,7 @@ fn print(title: &str, variants: &[Variant], samples: &[Vec<Sample>]) {
             p(0.99),
             median(runs.iter().map(|run| run.cpu().0)),
             median(runs.iter().map(|run| run.cpu().1)),
+            ratio(&cpu_ratios),
         );
     }
 }
