@@ -59,7 +59,9 @@ pub fn write(path: &Path, title: &str, views: &[(String, Vec<Series>)]) -> Resul
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc("hand-off µs, release returned → next holder's acquire returned (under 1 µs: at 1)")
+            .x_desc(
+                "hand-off µs, release returned → next holder's acquire returned (under 1 µs: at 1)",
+            )
             .y_desc("share of hand-offs ≤ x")
             .y_label_formatter(&|share| format!("{:.0} %", share * 100.0))
             .x_label_formatter(&|us| format!("{us:.0}"))
@@ -82,7 +84,7 @@ pub fn write(path: &Path, title: &str, views: &[(String, Vec<Series>)]) -> Resul
             chart
                 .draw_series(LineSeries::new(points, style))
                 .map_err(|e| e.to_string())?
-                .label(format!("{} ({n})", series.name))
+                .label(format!("{} ({n} hand-offs)", series.name))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
         }
         chart
