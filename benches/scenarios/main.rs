@@ -53,7 +53,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// lockmacro's benchmark scenarios, next to the floor (raw SET NX PX +
 /// compare-and-delete).
 #[derive(Parser)]
-#[command(name = "scenarios", version, about, long_about = None)]
+#[command(
+    name = "scenarios",
+    bin_name = "cargo bench --bench scenarios --",
+    version,
+    about,
+    long_about = None
+)]
 pub struct Args {
     /// S1 sequential: cycles per variant and run (also the releases of `queue`,
     /// at most 2,000).
@@ -135,6 +141,14 @@ enum ViewArg {
 }
 
 impl Args {
+    /// "median of 3 runs", or "1 run".
+    pub fn runs_text(&self) -> String {
+        match self.runs {
+            1 => "1 run".to_owned(),
+            n => format!("median of {n} runs"),
+        }
+    }
+
     fn wants(&self, scenario: Scenario) -> bool {
         self.only.is_empty() || self.only.contains(&scenario)
     }

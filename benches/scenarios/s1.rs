@@ -332,10 +332,10 @@ pub async fn s1(args: &Args, servers: &Servers, view: View) -> Result<(), BoxErr
     .await?;
     print(
         &format!(
-            "S1 uncontended, sequential ({} cycles per variant and run, median of {} runs; \
-             {}; Redlock: 3 masters on the server CPU)",
+            "S1 uncontended, sequential ({} cycles per variant and run, {}; {}; Redlock: 3 \
+             masters on the server CPU)",
             args.cycles,
-            usize::from(args.runs),
+            args.runs_text(),
             view.short()
         ),
         &variants,
@@ -353,10 +353,10 @@ pub async fn s1(args: &Args, servers: &Servers, view: View) -> Result<(), BoxErr
     print(
         &format!(
             "S1 uncontended, {} tasks on distinct keys over one connection / one Locker \
-             ({} cycles each per run, median of {} runs; {})",
+             ({} cycles each per run, {}; {})",
             args.tasks,
             args.task_cycles,
-            usize::from(args.runs),
+            args.runs_text(),
             view.short()
         ),
         &variants,
@@ -385,10 +385,10 @@ pub async fn s1_scale(args: &Args, servers: &Servers, view: View) -> Result<(), 
     .await?;
     print(
         &format!(
-            "S1 uncontended, sequential, per backend ({} cycles, median of {} runs; cluster: \
-             3 masters, Redlock: 3 masters, all on the server CPU; {})",
+            "S1 uncontended, sequential, per backend ({} cycles, {}; cluster: 3 masters, \
+             Redlock: 3 masters, all on the server CPU; {})",
             args.cycles,
-            usize::from(args.runs),
+            args.runs_text(),
             view.short()
         ),
         &variants,

@@ -324,11 +324,11 @@ pub async fn s2(args: &Args, servers: &Servers, view: View) -> Result<Vec<Series
 
     println!(
         "\nS2/S3 contended: {} workers (a connection each), one key, {} sections each, {} µs \
-         body; median of {} runs, variants in turn; {}",
+         body; {}, variants in turn; {}",
         args.workers,
         args.sections,
         args.body_us,
-        usize::from(args.runs),
+        args.runs_text(),
         view.short()
     );
     println!(
