@@ -24,6 +24,9 @@ impl Series {
 /// saw its own reply count as 0) are drawn at it: the x axis is logarithmic.
 const LEFT_US: f64 = 1.0;
 
+/// At most this many steps per line.
+const MAX_STEPS: usize = 400;
+
 const COLOURS: [RGBColor; 3] = [
     RGBColor(0x55, 0x55, 0x55),
     RGBColor(0xd6, 0x60, 0x1e),
@@ -72,12 +75,16 @@ pub fn write(path: &Path, title: &str, views: &[(String, Vec<Series>)]) -> Resul
             if n == 0 {
                 continue;
             }
-            // A step per hand-off: the empirical cumulative distribution.
+            // The empirical cumulative distribution, one step per hand-off
+            // up to `MAX_STEPS`; beyond, one step per group of consecutive
+            // hand-offs, so that the file stays small.
+            let steps = n.min(MAX_STEPS);
+            let x = |i: usize| (series.handoffs[i].as_secs_f64() * 1e6).max(LEFT_US);
             let mut points = vec![(LEFT_US, 0.0)];
-            for (i, handoff) in series.handoffs.iter().enumerate() {
-                let x = (handoff.as_secs_f64() * 1e6).max(LEFT_US);
-                points.push((x, i as f64 / n as f64));
-                points.push((x, (i + 1) as f64 / n as f64));
+            for step in 0..steps {
+                let (first, end) = (step * n / steps, (step + 1) * n / steps);
+                points.push((x(first), first as f64 / n as f64));
+                points.push((x(end - 1), end as f64 / n as f64));
             }
             points.push((right_us, 1.0));
             let style = ShapeStyle::from(colour).stroke_width(2);

@@ -284,8 +284,13 @@ fn main() -> Result<(), BoxError> {
             chart::write(
                 &args.chart,
                 &format!(
-                    "S2 hand-offs: {} workers, one key, {} µs body, {} runs pooled",
-                    args.workers, args.body_us, args.runs
+                    "S2 hand-offs: {} workers, one key, {} µs body, {}",
+                    args.workers,
+                    args.body_us,
+                    match args.runs {
+                        1 => "1 run".to_owned(),
+                        n => format!("{n} runs pooled"),
+                    }
                 ),
                 &handoffs,
             )?;
