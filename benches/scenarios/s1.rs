@@ -1,0 +1,398 @@
+//! S1: uncontended acquire + release, one key per task, next to the floor.
+//!
+//! Every variant of a table runs in the same run, taking turns a tenth of the
+//! cycles at a time, so that a burst of load on the machine falls on all of
+//! them alike; the table prints the median of `--runs` such runs. CPU per
+//! cycle is the process CPU time of the bench (client) and of the servers
+//! the variant talks to, over the variant's turns, divided by its cycles.
+
+use std::time::{Duration, Instant};
+
+use lockmacro_runtime::{LockError, Locker, ObtainOptions, distributed_lock};
+use redis::Script;
+use redis::aio::MultiplexedConnection;
+
+use crate::floor::{self, CAD, TTL};
+use crate::place::{Meter, Used, View};
+use crate::stats::{median, micros, percentile, ratio, us};
+use crate::{Args, BoxError, Servers};
+
+/// How many turns the variants of a run take.
+const TURNS: usize = 10;
+
+#[distributed_lock(key = key, ttl = "30s", locker = locker)]
+async fn attribute(locker: &Locker, key: &str) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// `SET NX PX` + compare-and-delete on the single server.
+    Floor,
+    /// `Locker::obtain` + `Lock::release` on the single server.
+    Runtime,
+    /// `#[distributed_lock]` on the single server.
+    Attribute,
+    /// The floor on each of the three Redlock masters at once.
+    FloorRedlock,
+    /// `Locker::obtain` + `Lock::release` on Redlock, three masters.
+    Redlock,
+    /// `Locker::obtain` + `Lock::release` on a 3-master cluster.
+    Cluster,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Floor => "floor (SET NX PX + CAD)",
+            Variant::Runtime => "runtime obtain+release",
+            Variant::Attribute => "attribute",
+            Variant::FloorRedlock => "floor on 3 masters at once",
+            Variant::Redlock => "runtime, Redlock (3)",
+            Variant::Cluster => "runtime, cluster (3)",
+        }
+    }
+}
+
+/// Every connection and locker the variants use; cheap to clone, so that
+/// each task gets its own handles onto the same connections.
+#[derive(Clone)]
+struct Clients {
+    conn: MultiplexedConnection,
+    script: Script,
+    single: Locker,
+    masters: Vec<MultiplexedConnection>,
+    redlock: Option<Locker>,
+    cluster: Option<Locker>,
+    single_pid: u32,
+    master_pids: Vec<u32>,
+    cluster_pids: Vec<u32>,
+}
+
+impl Clients {
+    async fn connect(servers: &Servers) -> Result<Clients, BoxError> {
+        let url = servers.single.url();
+        let mut masters = Vec::new();
+        for master in &servers.masters {
+            masters.push(floor::connect(&master.url()).await?);
+        }
+        let redlock = if servers.masters.is_empty() {
+            None
+        } else {
+            Some(Locker::redlock(servers.masters.iter().map(|m| m.url())).await?)
+        };
+        let cluster = match &servers.cluster {
+            Some(cluster) => Some(Locker::cluster(cluster.seeds()).await?),
+            None => None,
+        };
+        Ok(Clients {
+            conn: floor::connect(&url).await?,
+            script: Script::new(CAD),
+            single: Locker::connect(&url).await?,
+            masters,
+            redlock,
+            cluster,
+            single_pid: servers.single.pid(),
+            master_pids: servers.masters.iter().map(|m| m.pid()).collect(),
+            cluster_pids: servers
+                .cluster
+                .iter()
+                .flat_map(|c| c.nodes().iter().map(|n| n.pid()))
+                .collect(),
+        })
+    }
+
+    /// The servers whose CPU time a variant's cycles cost.
+    fn pids(&self, variant: Variant) -> Vec<u32> {
+        match variant {
+            Variant::Floor | Variant::Runtime | Variant::Attribute => vec![self.single_pid],
+            Variant::FloorRedlock | Variant::Redlock => self.master_pids.clone(),
+            Variant::Cluster => self.cluster_pids.clone(),
+        }
+    }
+
+    /// `n` cycles of `variant` on `key`; the latency of each.
+    async fn cycles(
+        &self,
+        variant: Variant,
+        key: &str,
+        n: usize,
+    ) -> Result<Vec<Duration>, BoxError> {
+        let mut conn = self.conn.clone();
+        let mut masters = self.masters.clone();
+        let mut latencies = Vec::with_capacity(n);
+        for _ in 0..n {
+            let cycle = Instant::now();
+            match variant {
+                Variant::Floor => {
+                    let token = floor::token();
+                    assert!(floor::acquire(&mut conn, key, &token).await);
+                    floor::release(&mut conn, &self.script, key, &token).await;
+                }
+                Variant::Runtime => {
+                    let lock = self.single.obtain(key, TTL, ObtainOptions::default());
+                    lock.await?.release().await?;
+                }
+                Variant::Attribute => attribute(&self.single, key).await?,
+                Variant::FloorRedlock => {
+                    let token = floor::token();
+                    let acquired = futures::future::join_all(
+                        masters
+                            .iter_mut()
+                            .map(|conn| floor::acquire(conn, key, &token)),
+                    )
+                    .await;
+                    assert!(acquired.into_iter().all(|acquired| acquired));
+                    futures::future::join_all(
+                        masters
+                            .iter_mut()
+                            .map(|conn| floor::release(conn, &self.script, key, &token)),
+                    )
+                    .await;
+                }
+                Variant::Redlock | Variant::Cluster => {
+                    let locker = if variant == Variant::Redlock {
+                        &self.redlock
+                    } else {
+                        &self.cluster
+                    };
+                    let locker = locker.as_ref().expect("its servers were started");
+                    let lock = locker.obtain(key, TTL, ObtainOptions::default());
+                    lock.await?.release().await?;
+                }
+            }
+            latencies.push(cycle.elapsed());
+        }
+        Ok(latencies)
+    }
+
+    /// `n` cycles of `variant`, on one task (`tasks` = `None`) or on `tasks`
+    /// tasks at once, each on a key of its own.
+    async fn chunk(
+        &self,
+        index: usize,
+        variant: Variant,
+        tasks: Option<usize>,
+        n: usize,
+    ) -> Result<Vec<Duration>, BoxError> {
+        let Some(tasks) = tasks else {
+            return self.cycles(variant, &format!("bench:s1:{index}"), n).await;
+        };
+        let handles: Vec<_> = (0..tasks)
+            .map(|task| {
+                let clients = self.clone();
+                tokio::spawn(async move {
+                    let key = format!("bench:s1c:{index}:{task}");
+                    clients.cycles(variant, &key, n).await
+                })
+            })
+            .collect();
+        let mut latencies = Vec::with_capacity(tasks * n);
+        for handle in handles {
+            latencies.extend(handle.await??);
+        }
+        Ok(latencies)
+    }
+}
+
+/// One variant over one run.
+#[derive(Default)]
+struct Sample {
+    used: Used,
+    latencies: Vec<Duration>,
+}
+
+impl Sample {
+    fn cycles(&self) -> f64 {
+        self.latencies.len() as f64
+    }
+
+    fn per_sec(&self) -> f64 {
+        self.cycles() / self.used.wall.as_secs_f64()
+    }
+
+    /// Client and server CPU µs per cycle.
+    fn cpu(&self) -> (f64, f64) {
+        (
+            us(self.used.client) / self.cycles(),
+            us(self.used.server) / self.cycles(),
+        )
+    }
+}
+
+/// Runs `variants` `runs` times, interleaved; returns `[variant][run]`.
+async fn measure(
+    clients: &Clients,
+    variants: &[Variant],
+    tasks: Option<usize>,
+    cycles: usize,
+    runs: usize,
+) -> Result<Vec<Vec<Sample>>, BoxError> {
+    // Warm-up: scripts loaded, connections and allocator warm.
+    for (index, &variant) in variants.iter().enumerate() {
+        clients
+            .chunk(index, variant, tasks, cycles.clamp(1, 50))
+            .await?;
+    }
+    let mut samples: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
+    for _ in 0..runs {
+        let mut run: Vec<Sample> = variants.iter().map(|_| Sample::default()).collect();
+        for turn in 0..TURNS {
+            let n = cycles * (turn + 1) / TURNS - cycles * turn / TURNS;
+            if n == 0 {
+                continue;
+            }
+            for (index, &variant) in variants.iter().enumerate() {
+                let pids = clients.pids(variant);
+                let meter = Meter::start(&pids);
+                let latencies = clients.chunk(index, variant, tasks, n).await?;
+                run[index].used += meter.stop();
+                run[index].latencies.extend(latencies);
+            }
+        }
+        for (samples, mut sample) in samples.iter_mut().zip(run) {
+            sample.latencies.sort_unstable();
+            samples.push(sample);
+        }
+    }
+    Ok(samples)
+}
+
+/// Prints one table: medians over the runs, each variant against the first
+/// one (the floor) of the same run.
+fn print(title: &str, variants: &[Variant], samples: &[Vec<Sample>]) {
+    println!("\n{title}");
+    println!(
+        "  {:<28} {:>9} {:>20} {:>9} {:>9} {:>10} {:>10} {:>20}",
+        "variant",
+        "cycles/s",
+        "vs floor (runs)",
+        "p50 µs",
+        "p99 µs",
+        "client µs",
+        "server µs",
+        "CPU: floor / this"
+    );
+    println!(
+        "  {:<28} {:>9} {:>20} {:>9} {:>9} {:>10} {:>10} {:>20}",
+        "", "", "", "", "", "per cycle", "per cycle", "(runs)"
+    );
+    let floor = &samples[0];
+    for (variant, runs) in variants.iter().zip(samples) {
+        let ratios: Vec<f64> = runs
+            .iter()
+            .zip(floor)
+            .map(|(run, floor)| run.per_sec() / floor.per_sec())
+            .collect();
+        let p = |q: f64| {
+            let median = median(runs.iter().map(|run| us(percentile(&run.latencies, q))));
+            micros(Duration::from_secs_f64(median / 1e6))
+        };
+        // Client + server CPU per cycle of the floor over this variant's, run
+        // by run: unlike cycles/s, it does not move when another process
+        // takes the CPU for a while.
+        let cpu_ratios: Vec<f64> = runs
+            .iter()
+            .zip(floor)
+            .map(|(run, floor)| {
+                let total = |sample: &Sample| sample.cpu().0 + sample.cpu().1;
+                total(floor) / total(run)
+            })
+            .collect();
+        println!(
+            "  {:<28} {:>9.0} {:>20} {:>9} {:>9} {:>10.1} {:>10.1} {:>20}",
+            variant.name(),
+            median(runs.iter().map(Sample::per_sec)),
+            ratio(&ratios),
+            p(0.5),
+            p(0.99),
+            median(runs.iter().map(|run| run.cpu().0)),
+            median(runs.iter().map(|run| run.cpu().1)),
+            ratio(&cpu_ratios),
+        );
+    }
+}
+
+/// S1 sequential (floor, runtime, attribute; the floor on three masters and
+/// Redlock when `servers.masters` is not empty), then 64 tasks on distinct
+/// keys over one connection and one `Locker`.
+pub async fn s1(args: &Args, servers: &Servers, view: View) -> Result<(), BoxError> {
+    let clients = Clients::connect(servers).await?;
+    let mut variants = vec![Variant::Floor, Variant::Runtime, Variant::Attribute];
+    if !servers.masters.is_empty() {
+        variants.extend([Variant::FloorRedlock, Variant::Redlock]);
+    }
+    let samples = measure(
+        &clients,
+        &variants,
+        None,
+        args.cycles,
+        usize::from(args.runs),
+    )
+    .await?;
+    print(
+        &format!(
+            "S1 uncontended, sequential ({} cycles per variant and run, {}; {}; Redlock: 3 \
+             masters on the server CPU)",
+            args.cycles,
+            args.runs_text(),
+            view.short()
+        ),
+        &variants,
+        &samples,
+    );
+    let variants = [Variant::Floor, Variant::Runtime, Variant::Attribute];
+    let samples = measure(
+        &clients,
+        &variants,
+        Some(args.tasks),
+        args.task_cycles,
+        usize::from(args.runs),
+    )
+    .await?;
+    print(
+        &format!(
+            "S1 uncontended, {} tasks on distinct keys over one connection / one Locker \
+             ({} cycles each per run, {}; {})",
+            args.tasks,
+            args.task_cycles,
+            args.runs_text(),
+            view.short()
+        ),
+        &variants,
+        &samples,
+    );
+    Ok(())
+}
+
+/// S1 sequential through the runtime on each backend: the single server, a
+/// 3-master cluster, 3 Redlock masters.
+pub async fn s1_scale(args: &Args, servers: &Servers, view: View) -> Result<(), BoxError> {
+    let clients = Clients::connect(servers).await?;
+    let variants = [
+        Variant::Floor,
+        Variant::Runtime,
+        Variant::Cluster,
+        Variant::Redlock,
+    ];
+    let samples = measure(
+        &clients,
+        &variants,
+        None,
+        args.cycles,
+        usize::from(args.runs),
+    )
+    .await?;
+    print(
+        &format!(
+            "S1 uncontended, sequential, per backend ({} cycles, {}; cluster: 3 masters, \
+             Redlock: 3 masters, all on the server CPU; {})",
+            args.cycles,
+            args.runs_text(),
+            view.short()
+        ),
+        &variants,
+        &samples,
+    );
+    Ok(())
+}
