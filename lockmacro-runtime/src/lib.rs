@@ -314,6 +314,9 @@ pub use crate::backend::{
     AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, MemoryBackend, RedisBackend,
     RedisConfig, RedlockBackend, RefreshRequest, ReleaseListener, TOKEN_LEN,
 };
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use crate::backend::{EtcdBackend, EtcdConfig};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};
