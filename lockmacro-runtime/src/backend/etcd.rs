@@ -504,24 +504,32 @@ impl EtcdBackend {
             .collect()
     }
 
-    /// Busy at the first of `found` held by someone else, with what is left
-    /// of its lease.
+    /// Busy at the first key held by someone else (`found`), else at the
+    /// first key with fair waiters queued (`heads`), with what is left of
+    /// that holder's or waiter's lease.
     async fn busy(
         &self,
         found: &[Option<KeyValue>],
+        heads: &[Option<KeyValue>],
         value: &str,
         what: &str,
     ) -> Result<Acquired, LockError> {
-        let (index, holder) = found
-            .iter()
-            .enumerate()
-            .find_map(|(index, kv)| {
+        let other = |kvs: &[Option<KeyValue>]| {
+            kvs.iter().enumerate().find_map(|(index, kv)| {
                 kv.as_ref()
                     .filter(|kv| kv.value() != value.as_bytes())
-                    .map(|kv| (index, kv))
+                    .map(|kv| (index, kv.lease()))
             })
-            .unwrap_or_else(|| panic!("no busy key in {found:?} for {value}"));
-        let remaining = self.lease_left(holder.lease(), what).await?;
+        };
+        let Some((index, lease)) = other(found).or_else(|| other(heads)) else {
+            // Changed between the comparison and the reads of another
+            // attempt: try again at once.
+            return Ok(Acquired::Busy {
+                index: 0,
+                remaining: Some(Duration::ZERO),
+            });
+        };
+        let remaining = self.lease_left(lease, what).await?;
         Ok(Acquired::Busy { index, remaining })
     }
 
@@ -548,10 +556,17 @@ impl EtcdBackend {
         let what = format!("obtain `{}`", req.keys.join("`, `"));
         let secs = lease_secs(req.ttl);
         let lease = self.grant(secs, &what).await?;
+        // Free: no holder, and no fair waiter queued (an ordinary obtain
+        // does not overtake them). An empty range compares as a missing key.
         let free: Vec<Compare> = req
             .keys
             .iter()
-            .map(|key| Compare::create_revision(key.as_str(), CompareOp::Equal, 0))
+            .flat_map(|key| {
+                [
+                    Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+                    Compare::create_revision(queue_prefix(key), CompareOp::Equal, 0).with_prefix(),
+                ]
+            })
             .collect();
         let mut puts: Vec<TxnOp> = req
             .keys
@@ -571,6 +586,13 @@ impl EtcdBackend {
             .keys
             .iter()
             .map(|key| TxnOp::get(key.as_str(), None))
+            .chain(req.keys.iter().map(|key| {
+                let head = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend)
+                    .with_limit(1);
+                TxnOp::get(queue_prefix(key), Some(head))
+            }))
             .collect();
         let txn = Txn::new().when(free).and_then(puts).or_else(reads);
         let response = match self.txn(&what, txn).await {
@@ -595,7 +617,8 @@ impl EtcdBackend {
             });
         }
         self.forget_lease(lease, &what).await;
-        let found = gets(&response);
+        let mut found = gets(&response);
+        let heads = found.split_off(req.keys.len());
         // A retry of an attempt whose reply was lost: the keys hold our value.
         if found.iter().all(|kv| {
             kv.as_ref()
@@ -609,7 +632,7 @@ impl EtcdBackend {
             self.held().insert(req.token().to_owned(), held);
             return Ok(Acquired::Obtained { fence });
         }
-        self.busy(&found, req.value, &what).await
+        self.busy(&found, &heads, req.value, &what).await
     }
 
     /// Revokes a lease that no key was attached to; failures only leave it
