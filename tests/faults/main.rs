@@ -12,6 +12,8 @@
 mod support;
 
 mod chaos;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod lease;
 mod network;
 mod pause;
