@@ -7,5 +7,7 @@
 mod support;
 
 mod cluster;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod redlock;
 mod witness;
