@@ -356,25 +356,40 @@ impl EtcdBackend {
 
     /// Runs `op` on the current member, then on each other one in turn while
     /// the failure is one another member may not have (unreachable, slow, no
-    /// leader). Every operation sent here is safe to repeat: a retry of an
-    /// acquire that went through finds its own value and reports it taken.
+    /// leader), for up to the response timeout: a cluster electing a leader
+    /// answers "no leader" everywhere for about an election timeout, and an
+    /// operation that waits that out (a release above all) spares the next
+    /// holder a wait for the lease. Every operation sent here is safe to
+    /// repeat: a retry of an acquire that went through finds its own value
+    /// and reports it taken.
     async fn call<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, LockError>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        /// Between two rounds over every member.
+        const PAUSE: Duration = Duration::from_millis(50);
+        let give_up = tokio::time::Instant::now() + self.config.response_timeout;
         let start = self.current.load(Ordering::Relaxed);
         let count = self.members.len();
         let mut failures = Vec::new();
         let mut last = None;
-        for step in 0..count {
+        for step in 0.. {
+            if step > 0 && step % count == 0 {
+                if tokio::time::Instant::now() + PAUSE >= give_up {
+                    break;
+                }
+                tokio::time::sleep(PAUSE).await;
+                // Only the last round's failures are reported.
+                failures.clear();
+            }
             let index = (start + step) % count;
             let member = &self.members[index];
             match tokio::time::timeout(self.config.response_timeout, op(member.client.clone()))
                 .await
             {
                 Ok(Ok(value)) => {
-                    if step > 0 {
+                    if index != start {
                         self.current.store(index, Ordering::Relaxed);
                         tracing::debug!(target: "lockmacro", member = %member.name, "etcd: moved to another member");
                     }
