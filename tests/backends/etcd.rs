@@ -217,3 +217,37 @@ async fn unreachable_members_are_skipped_and_named_when_none_answers() {
         assert!(err.to_string().contains(name), "{name} not named in: {err}");
     }
 }
+
+/// etcd caps a transaction at 128 comparisons and a lock compares two per
+/// key: 64 keys are taken, released and refreshed together; 65 are refused
+/// before anything is sent, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_takes_up_to_64_keys_and_more_are_refused_with_the_reason() {
+    let cluster = start().await;
+    let a = locker(&cluster).await;
+    let keys: Vec<String> = (0..65).map(|i| format!("k{i:02}")).collect();
+    let err = a
+        .obtain_many(&keys, LONG, ObtainOptions::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidKey { reason, .. } if reason.contains("at most 64 keys")),
+        "{err:?}"
+    );
+    let mut etcd = client(&cluster).await;
+    assert!(
+        kv(&mut etcd, "k00").await.is_none(),
+        "a refused lock took a key"
+    );
+
+    let all = a
+        .obtain_many(&keys[..64], LONG, ObtainOptions::new())
+        .await
+        .unwrap();
+    all.refresh(Duration::from_secs(20)).await.unwrap();
+    all.release().await.unwrap();
+    assert!(
+        kv(&mut etcd, "k63").await.is_none(),
+        "the release left a key"
+    );
+}

@@ -105,7 +105,16 @@ impl EtcdConfig {
 /// lease for the ttl it asked for (less the drift margin, as on Redis): the
 /// watchdog declares it lost after 500 ms without a confirmed refresh, while
 /// the server may keep others out for up to the rounded lease. The rounding
-/// only ever delays the next holder (after a crash), never lets two in.
+/// only ever delays the next holder (after a crash), never lets two in. The
+/// default drift margin ([`Backend::drift`], `ttl / 100 + 2 ms`) fits etcd
+/// as it fits Redis: the leader counts a renewal from when it applies it,
+/// after the request was sent; it checks for expired leases only every
+/// half second; and a new leader extends every lease by an election timeout.
+/// All of these make the server's expiry later than `sent + ttl`, never
+/// earlier.
+///
+/// A lock takes at most 64 keys: etcd refuses a transaction of more than 128
+/// comparisons (`--max-txn-ops`), and each key needs two.
 ///
 /// # Fencing tokens are revisions
 ///
@@ -568,6 +577,16 @@ impl EtcdBackend {
     }
 
     async fn acquire_plain(&self, req: &AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        if req.keys.len() > MAX_TXN_OPS / 2 {
+            return Err(LockError::InvalidKey {
+                key: req.keys.join(", "),
+                reason: format!(
+                    "etcd takes at most {} keys in one lock (two comparisons each, and etcd \
+                     refuses a transaction of more than {MAX_TXN_OPS}); lock fewer keys",
+                    MAX_TXN_OPS / 2
+                ),
+            });
+        }
         let what = format!("obtain `{}`", req.keys.join("`, `"));
         let secs = lease_secs(req.ttl);
         let lease = self.grant(secs, &what).await?;
