@@ -427,25 +427,32 @@ async fn frozen_holder(url: &str) {
     println!("write {}", if accepted { "accepted" } else { "refused" });
 }
 
-/// A holder cut off from the cluster (a proxy turned black hole) while its
-/// watchdog keeps the lease: the lease is declared lost at its local
-/// deadline, without an answer from etcd and without hanging, before anyone
-/// else can get the key.
+/// A holder cut off from the whole cluster (a proxy in front of each of the
+/// three members, all turned black holes) while its watchdog keeps the
+/// lease: the lease is declared lost at its local deadline, without an
+/// answer from etcd and without hanging, before anyone else can get the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_cut_off_loses_its_lease_on_the_local_deadline() {
     const TTL: Duration = Duration::from_secs(2);
-    let cluster = tokio::task::spawn_blocking(EtcdCluster::single)
+    let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(3))
         .await
         .unwrap();
-    let proxy = Proxy::start(cluster.member(0).addr());
+    let proxies: Vec<Proxy> = cluster
+        .members()
+        .iter()
+        .map(|member| Proxy::start(member.addr()))
+        .collect();
     let config = EtcdConfig::default()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(300));
-    let cut_off =
-        match EtcdBackend::connect_with([format!("http://{}", proxy.addr())], config).await {
-            Ok(backend) => Locker::new(backend),
-            Err(err) => cluster.fail(format_args!("connect through the proxy: {err:?}")),
-        };
+    let through: Vec<String> = proxies
+        .iter()
+        .map(|proxy| format!("http://{}", proxy.addr()))
+        .collect();
+    let cut_off = match EtcdBackend::connect_with(&through, config).await {
+        Ok(backend) => Locker::new(backend),
+        Err(err) => cluster.fail(format_args!("connect through the proxies: {err:?}")),
+    };
     let other = match Locker::etcd(cluster.endpoints()).await {
         Ok(locker) => locker,
         Err(err) => cluster.fail(format_args!("connect: {err:?}")),
@@ -454,7 +461,7 @@ async fn holder_cut_off_loses_its_lease_on_the_local_deadline() {
         Ok(lock) => lock.keep_alive(),
         Err(err) => cluster.fail(format_args!("obtain: {err:?}")),
     };
-    proxy.black_hole();
+    proxies.iter().for_each(Proxy::black_hole);
     let cut = Instant::now();
     tokio::time::timeout(Duration::from_secs(20), guard.lost())
         .await
@@ -485,6 +492,16 @@ async fn holder_cut_off_loses_its_lease_on_the_local_deadline() {
         lost < second_at,
         "the second holder got in before the first gave up"
     );
-    proxy.heal();
+    proxies.iter().for_each(Proxy::heal);
     second.release().await.unwrap();
+    // Healed, the cut-off locker takes locks again.
+    let retry = RetryStrategy::linear(Duration::from_millis(50)).deadline(Duration::from_secs(20));
+    let again = match cut_off
+        .obtain("job", TTL, ObtainOptions::new().retry(retry))
+        .await
+    {
+        Ok(lock) => lock,
+        Err(err) => cluster.fail(format_args!("after healing: {err:?}")),
+    };
+    again.release().await.unwrap();
 }
