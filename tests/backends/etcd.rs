@@ -251,3 +251,62 @@ async fn a_lock_takes_up_to_64_keys_and_more_are_refused_with_the_reason() {
         "the release left a key"
     );
 }
+
+/// The member a waiter watches on is killed while it waits: its watch ends,
+/// it tries again at once and watches on another member, and the release
+/// (made through another member) still wakes it, well before its 60 s
+/// backoff or the holder's 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_watches_on_another_member_when_its_member_dies() {
+    let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(3))
+        .await
+        .expect("starting etcd");
+    // The waiter talks to a follower first, so that killing it costs no
+    // election; the holder talks to the other two.
+    let endpoints = cluster.endpoints();
+    let leader = cluster.leader();
+    let watched = (leader + 1) % 3;
+    let others: Vec<&String> = (1..3).map(|i| &endpoints[(watched + i) % 3]).collect();
+    let holder = match Locker::etcd(&others).await {
+        Ok(locker) => locker,
+        Err(err) => cluster.fail(format_args!("connect: {err:?}")),
+    };
+    let mut order = vec![&endpoints[watched]];
+    order.extend(others.iter().copied());
+    let waiter = match Locker::etcd(order).await {
+        Ok(locker) => locker,
+        Err(err) => cluster.fail(format_args!("connect: {err:?}")),
+    };
+    let held = holder
+        .obtain("job", LONG, ObtainOptions::new())
+        .await
+        .unwrap();
+    let streams = || {
+        cluster
+            .member(watched)
+            .metric("etcd_debugging_mvcc_watch_stream_total")
+    };
+    let before = streams().unwrap_or_else(|err| cluster.fail(err));
+    let waiting = ObtainOptions::new()
+        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(25)));
+    let waiting = tokio::spawn(async move { waiter.obtain("job", LONG, waiting).await });
+    // Watching once its member counts one more watch stream.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while streams().unwrap_or_else(|err| cluster.fail(err)) <= before {
+        if Instant::now() > deadline {
+            cluster.fail("the waiter never watched on its member");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill(watched);
+        cluster
+    })
+    .await
+    .unwrap();
+    held.release().await.unwrap();
+    match waiting.await.unwrap() {
+        Ok(lock) => lock.release().await.unwrap(),
+        Err(err) => cluster.fail(format_args!("the waiter was not woken: {err:?}")),
+    }
+}

@@ -373,6 +373,29 @@ impl EtcdMember {
         }
     }
 
+    /// The value of the Prometheus metric `name` (without labels) on the
+    /// member's `/metrics`.
+    pub fn metric(&self, name: &str) -> io::Result<f64> {
+        let mut stream = TcpStream::connect_timeout(&self.addr(), IO_TIMEOUT)?;
+        stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply)?;
+        reply
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .ok_or_else(|| io::Error::other(format!("no metric {name} on {}", self.name)))
+    }
+
     /// Sends `signal` and waits until the process state satisfies `state`.
     fn signal(&self, signal: libc::c_int, state: impl Fn(char) -> bool) {
         let Some(pid) = self.pid() else {
