@@ -74,13 +74,26 @@ impl EtcdConfig {
 
     /// How long one member may take to answer a request; then the next member
     /// is tried, so that a member that is frozen or cut off costs this much
-    /// once, not every call. Default: 2 s.
+    /// once, not every call. Also how long a call keeps going round the
+    /// members while none can serve it (a cluster electing a leader refuses
+    /// everywhere for an election timeout or two). Default: 2 s.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
     }
 
     /// Authenticates as `user` with `password` (etcd's own users and roles).
+    /// The user needs read and write on the lock keys, their `/queue/`
+    /// prefixes and any fence keys, and the lease permissions.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::{EtcdBackend, EtcdConfig, Locker};
+    ///
+    /// let config = EtcdConfig::default().user("billing", "s3cret");
+    /// let locker = Locker::new(EtcdBackend::connect_with(["http://10.0.0.1:2379"], config).await?);
+    /// # Ok(()) }
+    /// ```
     pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((user.into(), password.into()));
         self
@@ -282,6 +295,15 @@ impl EtcdBackend {
     /// `host:port`), with the default [`EtcdConfig`].
     ///
     /// Fails when no member answers, naming each one and what went wrong.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::{EtcdBackend, Locker};
+    ///
+    /// let backend = EtcdBackend::connect(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"]).await?;
+    /// let locker = Locker::new(backend).with_namespace("billing");
+    /// # Ok(()) }
+    /// ```
     pub async fn connect<I, S>(endpoints: I) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
@@ -291,6 +313,18 @@ impl EtcdBackend {
     }
 
     /// Like [`connect`](Self::connect), with `config`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{EtcdBackend, EtcdConfig};
+    ///
+    /// // Give up on a member after 500 ms and try the next one.
+    /// let config = EtcdConfig::default().response_timeout(Duration::from_millis(500));
+    /// let backend = EtcdBackend::connect_with(["http://10.0.0.1:2379", "http://10.0.0.2:2379"], config).await?;
+    /// # let _ = backend;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect_with<I, S>(endpoints: I, config: EtcdConfig) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
