@@ -101,8 +101,19 @@
 //! - [`Locker::redlock`]: several independent masters granting by majority
 //!   ([`RedlockBackend`]), for locks that must survive the loss of a
 //!   minority of servers.
+//! - `Locker::etcd`: an etcd cluster (`EtcdBackend`), with the `etcd`
+//!   feature: keys attached to etcd leases, fencing tokens from etcd's
+//!   revisions, which never go backwards, through leader elections too. For
+//!   resources where a stale holder acting must be impossible: see "Fencing
+//!   tokens" below. Leases are whole seconds on etcd (a shorter ttl is
+//!   rounded up on the server, and still trusted locally only for the ttl
+//!   asked for). Its build needs `protoc`.
 //! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
 //! - [`Locker::new`]: any [`Backend`](backend::Backend) of your own.
+//!
+//! ```toml
+//! lockmacro-runtime = { version = "0.1", features = ["etcd"] }
+//! ```
 //!
 //! ## Locks by hand
 //!
@@ -188,8 +199,11 @@
 //! - **Backends.** [`RedisBackend`], [`ClusterBackend`] and [`MemoryBackend`]
 //!   wake the waiter with the hand-off (on a cluster, through the one seed
 //!   node its locker subscribes on). [`RedlockBackend`] cannot keep one queue across
-//!   independent masters and refuses fair obtains. A fair obtain takes one
-//!   key.
+//!   independent masters and refuses fair obtains. On etcd (the `etcd`
+//!   feature), waiters queue under `<key>/queue/<token>` in the order of
+//!   their entries' create revisions; the release only deletes the key, and
+//!   the first waiter, woken by its watch, takes it with one more round
+//!   trip. A fair obtain takes one key.
 //!
 //! ## Fencing tokens
 //!
@@ -201,6 +215,13 @@
 //! per key, across releases, expiries and lockers. Pass the token with each
 //! write and have the resource refuse a token older than the newest it has
 //! applied (for SQL: `UPDATE … SET fence = $1 WHERE id = $2 AND fence < $1`).
+//!
+//! On Redis the counter is only as durable as Redis: a failover that loses
+//! the last writes can hand out a token again. On etcd (the `etcd` feature)
+//! the token is the revision at which the lock's keys were created, assigned
+//! through Raft: it strictly increases across every key, and through leader
+//! elections and member restarts (Kleppmann, "How to do distributed
+//! locking", 2016; Jepsen, "etcd 3.4.3", 2020).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -294,6 +315,9 @@
 //! Refresh and release are compare-then-act Lua scripts: they act only while
 //! the value still starts with the token.
 //!
+//! On etcd, the lock key holds the same value, attached to a lease of its
+//! own; see `EtcdBackend` for the layout.
+//!
 //! ## TLS and Redis users
 //!
 //! `rediss://` URLs connect with TLS (rustls), trusting the system's roots or,
@@ -377,6 +401,9 @@ pub mod __private;
 pub use crate::backend::{
     ClusterBackend, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
 };
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use crate::backend::{EtcdBackend, EtcdConfig};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};

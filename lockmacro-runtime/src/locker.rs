@@ -170,6 +170,33 @@ impl Locker {
         Ok(Locker::new(RedlockBackend::connect(urls).await?))
     }
 
+    /// A locker on an etcd cluster, given its members' client URLs
+    /// (`http://host:port`): keys attached to leases, waiters woken by watch,
+    /// fencing tokens from etcd revisions (which never go backwards, through
+    /// leader elections too). Needs the `etcd` feature; see [`EtcdBackend`]
+    /// for the wire layout and how ttls map to etcd's whole-second leases.
+    ///
+    /// Fails when no member answers, naming each one.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::Locker;
+    ///
+    /// let locker = Locker::etcd(["http://10.0.0.1:2379", "http://10.0.0.2:2379", "http://10.0.0.3:2379"]).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`EtcdBackend`]: crate::EtcdBackend
+    #[cfg(feature = "etcd")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+    pub async fn etcd<I, S>(endpoints: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Ok(Locker::new(crate::EtcdBackend::connect(endpoints).await?))
+    }
+
     /// A locker on a fresh in-process [`MemoryBackend`].
     pub fn memory() -> Self {
         Locker::new(MemoryBackend::new())

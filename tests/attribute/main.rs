@@ -50,6 +50,11 @@ macro_rules! attribute_suite {
         mod on_memory {
             cases_on!(crate::fixture::Fixture::memory(); $($any)*);
         }
+
+        #[cfg(feature = "etcd")]
+        mod on_etcd {
+            cases_on!(crate::fixture::Fixture::etcd().await; $($any)* $($servers)*);
+        }
     };
 }
 

@@ -8,6 +8,8 @@ mod support;
 
 mod cluster;
 mod cluster_failover;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod redlock;
 mod replicas;
 mod witness;

@@ -13,6 +13,8 @@ mod support;
 
 mod chaos;
 mod dead_waiter;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod failover;
 mod lease;
 mod network;

@@ -30,6 +30,8 @@ fn fair() -> ObtainOptions {
 enum Queue<'a> {
     Redis(&'a RedisServer),
     Memory,
+    #[cfg(feature = "etcd")]
+    Etcd(&'a crate::support::etcd::EtcdCluster),
 }
 
 impl Queue<'_> {
@@ -59,6 +61,38 @@ impl Queue<'_> {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 server.fail("the waiter did not try again once listening");
+            }
+            #[cfg(feature = "etcd")]
+            Queue::Etcd(cluster) => {
+                // Queued once its entry is in etcd; a release after that
+                // reaches it whether or not its watch is in place yet: it
+                // tries again once watching.
+                let waiter = tokio::spawn(obtain);
+                let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+                    .await
+                    .expect("connect to etcd");
+                let prefix = format!("{key}/queue/");
+                for _ in 0..500 {
+                    let count = client
+                        .get(
+                            prefix.as_str(),
+                            Some(
+                                etcd_client::GetOptions::new()
+                                    .with_prefix()
+                                    .with_count_only(),
+                            ),
+                        )
+                        .await
+                        .expect("count the queue")
+                        .count();
+                    if count == place {
+                        return waiter;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                cluster.fail(format_args!(
+                    "the queue of `{key}` never held {place} waiters"
+                ))
             }
             Queue::Memory => {
                 // The memory backend answers at once: one poll takes the
@@ -547,4 +581,79 @@ async fn redis_attribute_waiters_send_nothing_between_wake_ups() {
     let (plain, fair) = promptly("both obtain in turn", futures::future::join(plain, fair)).await;
     plain.expect("task").expect("the plain waiter obtains");
     fair.expect("task").expect("the fair waiter obtains");
+}
+
+#[cfg(feature = "etcd")]
+mod on_etcd {
+    use super::*;
+    use crate::support::etcd::EtcdCluster;
+
+    async fn etcd_lockers(cluster: &EtcdCluster, n: usize) -> Vec<Locker> {
+        let mut lockers = Vec::new();
+        for _ in 0..n {
+            match Locker::etcd(cluster.endpoints()).await {
+                Ok(locker) => lockers.push(locker),
+                Err(err) => cluster.fail(format_args!("connect: {err:?}")),
+            }
+        }
+        lockers
+    }
+
+    async fn cluster() -> EtcdCluster {
+        tokio::task::spawn_blocking(EtcdCluster::single)
+            .await
+            .expect("starting etcd")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_arrival_order_is_respected() {
+        let cluster = cluster().await;
+        let lockers = etcd_lockers(&cluster, 6).await;
+        arrival_order_is_respected(Queue::Etcd(&cluster), lockers).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_waiters_gone_do_not_block_the_queue() {
+        let cluster = cluster().await;
+        let lockers = etcd_lockers(&cluster, 4).await;
+        waiters_gone_do_not_block_the_queue(Queue::Etcd(&cluster), lockers).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_ordinary_obtain_does_not_overtake() {
+        let cluster = cluster().await;
+        let lockers = etcd_lockers(&cluster, 3).await;
+        ordinary_obtain_does_not_overtake(Queue::Etcd(&cluster), lockers).await;
+    }
+
+    /// `fair_locks_exclude` on a smaller scale: a fair obtain on etcd takes
+    /// several round trips (read the queue, grant, take), so 8 × 300 takes
+    /// over a minute on a 2-core machine. 4 tasks × 50 increments, none lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_fair_locks_exclude() {
+        let cluster = cluster().await;
+        let counter = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = etcd_lockers(&cluster, 4)
+            .await
+            .into_iter()
+            .map(|locker| {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    for _ in 0..50 {
+                        let lock = locker.obtain("counter", TTL, fair()).await.expect("obtain");
+                        let seen = counter.load(Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        counter.store(seen + 1, Ordering::SeqCst);
+                        lock.release().await.expect("release");
+                    }
+                })
+            })
+            .collect();
+        tokio::time::timeout(Duration::from_secs(120), futures::future::join_all(tasks))
+            .await
+            .expect("the increments finish")
+            .into_iter()
+            .for_each(|task| task.expect("task"));
+        assert_eq!(counter.load(Ordering::SeqCst), 4 * 50);
+    }
 }

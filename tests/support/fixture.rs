@@ -35,6 +35,8 @@ enum Under {
     Redlock(Vec<RedisServer>),
     /// A backend in this process: the crate's own, or one written outside it.
     Memory(Arc<dyn Backend>),
+    #[cfg(feature = "etcd")]
+    Etcd(crate::support::etcd::EtcdCluster),
 }
 
 impl Fixture {
@@ -74,6 +76,38 @@ impl Fixture {
         }
     }
 
+    /// One etcd member of its own, per test.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd() -> Self {
+        let cluster = tokio::task::spawn_blocking(crate::support::etcd::EtcdCluster::single)
+            .await
+            .expect("starting etcd");
+        Fixture {
+            backend: Under::Etcd(cluster),
+        }
+    }
+
+    /// A client that looks at the etcd store behind the library's back.
+    #[cfg(feature = "etcd")]
+    async fn etcd_client(&self) -> etcd_client::Client {
+        let Under::Etcd(cluster) = &self.backend else {
+            panic!("not an etcd fixture");
+        };
+        let endpoints = cluster.endpoints();
+        self.check(
+            etcd_client::Client::connect(&endpoints, None).await,
+            "connecting to etcd",
+        )
+    }
+
+    /// The key-value under `key` in etcd.
+    #[cfg(feature = "etcd")]
+    async fn etcd_get(&self, key: &str) -> Option<etcd_client::KeyValue> {
+        let mut client = self.etcd_client().await;
+        let mut found = self.check(client.get(key, None).await, "etcd get");
+        found.take_kvs().into_iter().next()
+    }
+
     /// A new locker on the shared backend.
     pub async fn locker(&self) -> Locker {
         match &self.backend {
@@ -88,6 +122,8 @@ impl Fixture {
                 self.check(Locker::redlock(urls).await, "connect")
             }
             Under::Memory(memory) => Locker::new(memory.clone()),
+            #[cfg(feature = "etcd")]
+            Under::Etcd(cluster) => self.check(Locker::etcd(cluster.endpoints()).await, "connect"),
         }
     }
 
@@ -120,6 +156,8 @@ impl Fixture {
                     Err(err) => panic!("probing {key}: {err:?}"),
                 }
             }
+            #[cfg(feature = "etcd")]
+            Under::Etcd(_) => self.etcd_get(key).await.is_some(),
         }
     }
 
@@ -141,6 +179,16 @@ impl Fixture {
                 left.get(REDLOCK_QUORUM - 1).copied()
             }
             Under::Memory(_) => panic!("the memory backend does not show another owner's lease"),
+            #[cfg(feature = "etcd")]
+            Under::Etcd(_) => {
+                let lease = self.etcd_get(key).await?.lease();
+                if lease == 0 {
+                    return None;
+                }
+                let mut client = self.etcd_client().await;
+                let left = self.check(client.lease_time_to_live(lease, None).await, "lease ttl");
+                u64::try_from(left.ttl()).ok().map(Duration::from_secs)
+            }
         }
     }
 
@@ -156,6 +204,13 @@ impl Fixture {
             Under::Cluster(cluster) => set(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => masters.iter().for_each(set),
             Under::Memory(_) => panic!("the memory backend cannot be written behind its back"),
+            #[cfg(feature = "etcd")]
+            Under::Etcd(_) => {
+                let mut client = self.etcd_client().await;
+                let lease = self.check(client.lease_grant(30, None).await, "lease grant");
+                let options = etcd_client::PutOptions::new().with_lease(lease.id());
+                self.check(client.put(key, value, Some(options)).await, "etcd put");
+            }
         }
     }
 
@@ -175,6 +230,9 @@ impl Fixture {
             Under::Cluster(cluster) => set(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => masters.iter().for_each(set),
             Under::Memory(_) => {}
+            // Tokens are revisions on etcd, not counters: nothing to set.
+            #[cfg(feature = "etcd")]
+            Under::Etcd(_) => {}
         }
     }
 
@@ -196,6 +254,11 @@ impl Fixture {
                     .cloned()
             }
             Under::Memory(_) => panic!("the memory backend cannot be read behind its back"),
+            #[cfg(feature = "etcd")]
+            Under::Etcd(_) => self
+                .etcd_get(key)
+                .await
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
         }
     }
 
@@ -204,22 +267,38 @@ impl Fixture {
     /// in-memory store cannot become unreachable; cases that need this leave
     /// the memory backend out.
     pub fn stop(&self) {
+        #[cfg(feature = "etcd")]
+        if let Under::Etcd(cluster) = &self.backend {
+            return cluster.kill_all();
+        }
         self.servers().for_each(kill);
     }
 
     /// Freezes every server behind the backend: connections stay open,
     /// nothing is answered. Not possible on the in-memory store.
     pub fn pause(&self) {
+        #[cfg(feature = "etcd")]
+        if let Under::Etcd(cluster) = &self.backend {
+            return cluster.pause();
+        }
         self.servers().for_each(RedisServer::pause);
     }
 
     /// Undoes [`Fixture::pause`].
     pub fn resume(&self) {
+        #[cfg(feature = "etcd")]
+        if let Under::Etcd(cluster) = &self.backend {
+            return cluster.resume();
+        }
         self.servers().for_each(RedisServer::resume);
     }
 
     /// The logs of every server, for a failure message.
     pub fn logs(&self) -> String {
+        #[cfg(feature = "etcd")]
+        if let Under::Etcd(cluster) = &self.backend {
+            return cluster.logs();
+        }
         self.servers()
             .map(|server| {
                 format!(
@@ -238,6 +317,8 @@ impl Fixture {
             Under::Cluster(cluster) => Box::new(cluster.nodes().iter()),
             Under::Redlock(masters) => Box::new(masters.iter()),
             Under::Memory(_) => panic!("the memory backend has no servers"),
+            #[cfg(feature = "etcd")]
+            Under::Etcd(_) => panic!("etcd members are not redis servers"),
         }
     }
 
@@ -264,6 +345,10 @@ impl Fixture {
                 panic!("{what}: unexpected error: {err:?}\n{}", logs.join("\n"))
             }
             (Under::Memory(_), Err(err)) => panic!("{what}: {err:?}"),
+            #[cfg(feature = "etcd")]
+            (Under::Etcd(cluster), Err(err)) => {
+                cluster.fail(format_args!("{what}: unexpected error: {err:?}"))
+            }
         }
     }
 }

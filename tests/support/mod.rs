@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod etcd;
 pub mod outside;
 pub mod proxy;
 pub mod redis;

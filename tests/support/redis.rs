@@ -498,7 +498,7 @@ fn spawn_error(error: &io::Error) -> String {
 }
 
 /// Ports that were free a moment ago; distinct, since all are bound at once.
-fn free_ports(n: usize) -> Vec<u16> {
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("cannot bind 127.0.0.1:0"))
         .collect();
@@ -521,7 +521,7 @@ fn flag_value(args: &[String], flag: &str) -> Option<String> {
 /// outlives a test process that dies without running destructors (a SIGKILL, an
 /// abort, a double panic), where it would keep its port and memory until someone
 /// notices.
-fn die_with_parent(parent: u32) -> io::Result<()> {
+pub(crate) fn die_with_parent(parent: u32) -> io::Result<()> {
     // SAFETY: plain system calls with integer arguments.
     unsafe {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
@@ -541,7 +541,7 @@ fn die_with_parent(parent: u32) -> io::Result<()> {
 /// the process: a server spawned from a test thread, a tokio worker or a
 /// `spawn_blocking` thread (which exits after 10 s idle) would be killed while still
 /// in use, for instance when shared through a `static`.
-fn spawn(command: Command) -> io::Result<Child> {
+pub(crate) fn spawn(command: Command) -> io::Result<Child> {
     type Request = (Command, Sender<io::Result<Child>>);
     static SPAWNER: LazyLock<Sender<Request>> = LazyLock::new(|| {
         let (requests, incoming) = mpsc::channel::<Request>();

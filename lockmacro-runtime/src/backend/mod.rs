@@ -8,12 +8,16 @@
 //! caller presenting the owner's token can refresh or release it.
 
 mod cluster;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod memory;
 mod redis;
 mod redlock;
 mod slot;
 
 pub use self::cluster::ClusterBackend;
+#[cfg(feature = "etcd")]
+pub use self::etcd::{EtcdBackend, EtcdConfig};
 pub use self::memory::MemoryBackend;
 pub use self::redis::{RedisBackend, RedisConfig};
 pub(crate) use self::redis::{backend_error, open_manager};
