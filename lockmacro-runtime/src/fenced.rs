@@ -91,14 +91,16 @@ impl FencedStore {
     }
 
     /// A store on one Redis server, with `config`: its timeouts bound every
-    /// call, and its root certificate lets `rediss://` trust a private CA.
+    /// call, and (with the `tls-rustls` feature) its root certificate lets
+    /// `rediss://` trust a private CA.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
     /// use lockmacro_runtime::{FencedStore, RedisConfig};
     ///
-    /// let config = RedisConfig::default().tls_root_certificate(std::fs::read("ca.pem")?);
-    /// let store = FencedStore::connect_with("rediss://redis.internal:6380/", config).await?;
+    /// let config = RedisConfig::default().response_timeout(Duration::from_millis(500));
+    /// let store = FencedStore::connect_with("redis://redis.internal:6379/", config).await?;
     /// # let _ = store; Ok(()) }
     /// ```
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {

@@ -91,10 +91,20 @@
 //! A nested call in the same task that locks a key the task already holds
 //! re-enters it at once, like a reentrant mutex; other tasks still wait.
 //!
+//! ## Features
+//!
+//! | feature | what it adds | default |
+//! |---|---|---|
+//! | `tls-rustls` | `rediss://` URLs (rustls with *ring*); without it a `rediss://` URL is refused with an error that names the feature | on |
+//! | `cluster` | Redis Cluster: `Locker::cluster`, `ClusterBackend` | off |
+//! | `metrics` | counters, histograms and a gauge through the `metrics` facade (see [Metrics](#metrics)) | off |
+//! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend` (its build needs `protoc`) | off |
+//!
 //! ## Backends
 //!
 //! - [`Locker::connect`]: one Redis server ([`RedisBackend`]).
-//! - [`Locker::cluster`]: Redis Cluster ([`ClusterBackend`]). Keys locked
+//! - `Locker::cluster`: Redis Cluster (`ClusterBackend`), with the `cluster`
+//!   feature. Keys locked
 //!   together, and a lock with its fence counter, must share a hash slot; the
 //!   locker refuses other combinations before sending anything and says which
 //!   `{tag}` to add.
@@ -398,12 +408,13 @@ mod watchdog;
 #[doc(hidden)]
 pub mod __private;
 
-pub use crate::backend::{
-    ClusterBackend, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
-};
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+pub use crate::backend::ClusterBackend;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use crate::backend::{EtcdBackend, EtcdConfig};
+pub use crate::backend::{MemoryBackend, RedisBackend, RedisConfig, RedlockBackend};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};

@@ -14,9 +14,7 @@ use crate::lock::{Lease, Timing};
 use crate::metrics;
 use crate::options::Fencing;
 use crate::watchdog::Watchdog;
-use crate::{
-    ClusterBackend, Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend,
-};
+use crate::{Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend};
 
 /// The longest ttl accepted: ten years.
 pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -123,7 +121,7 @@ impl Locker {
     /// discovered.
     ///
     /// Keys locked together, and a lock with an explicit fence key, must share
-    /// a hash slot; see [`ClusterBackend`]. Fails like [`connect`](Self::connect)
+    /// a hash slot; see [`ClusterBackend`](crate::ClusterBackend). Fails like [`connect`](Self::connect)
     /// when no seed can be reached or none is part of a cluster.
     ///
     /// ```no_run
@@ -133,12 +131,14 @@ impl Locker {
     /// let locker = Locker::cluster(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"]).await?;
     /// # let _ = locker; Ok(()) }
     /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn cluster<I, S>(seeds: I) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        Ok(Locker::new(ClusterBackend::connect(seeds).await?))
+        Ok(Locker::new(crate::ClusterBackend::connect(seeds).await?))
     }
 
     /// A locker on independent Redis masters (`urls`, URLs as for

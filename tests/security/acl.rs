@@ -62,7 +62,12 @@ async fn permission_error(server: &RedisServer) -> String {
         Locker::connect(&url_for(server, "app", "pw")).await,
         "connect",
     );
-    let err = locker.obtain("job", LONG, once()).await.unwrap_err();
+    // Fenced: a plain obtain is a `SET` alone, which needs none of the
+    // script permissions these tests take away.
+    let err = locker
+        .obtain("job", LONG, once().fence())
+        .await
+        .unwrap_err();
     let LockError::Backend(backend) = &err else {
         server.fail(format_args!("expected a backend error, got {err:?}"))
     };

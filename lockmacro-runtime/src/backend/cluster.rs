@@ -10,8 +10,8 @@ use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
     REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
     acknowledged_acquire_pipe, acknowledged_outcome, acquired, backend_error,
-    check_replica_timeout, install_crypto_provider, millis, not_a_fence, open_client,
-    plain_outcome, plain_set, pttl, redact, refresh_many_cmd, refreshed,
+    check_replica_timeout, millis, not_a_fence, open_client, plain_outcome, plain_set, prepare_tls,
+    pttl, redact, refresh_many_cmd, refreshed,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
@@ -159,6 +159,7 @@ impl ClusterBackend {
         let seeds: Vec<String> = seeds.into_iter().map(|s| s.as_ref().to_owned()).collect();
         let mut infos = Vec::new();
         for seed in seeds.iter().map(String::as_str) {
+            prepare_tls(seed)?;
             let info = redis::IntoConnectionInfo::into_connection_info(seed).map_err(|err| {
                 LockError::InvalidUrl {
                     url: redact(seed),
@@ -176,13 +177,13 @@ impl ClusterBackend {
         }
         let addrs: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
         let name = format!("redis cluster {}", addrs.join(","));
+        #[cfg(feature = "tls-rustls")]
         let tls = infos
             .iter()
             .all(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }));
-        if tls {
-            install_crypto_provider();
-        }
+        #[cfg_attr(not(feature = "tls-rustls"), allow(unused_mut))]
         let mut builder = ClusterClientBuilder::new(infos);
+        #[cfg(feature = "tls-rustls")]
         if let Some(certificates) = config.tls_certificates(&name)? {
             if !tls {
                 return Err(LockError::InvalidUrl {

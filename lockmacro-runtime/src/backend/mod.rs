@@ -7,14 +7,18 @@
 //! value at a time, until its ttl passes or the owner releases it, and only a
 //! caller presenting the owner's token can refresh or release it.
 
+#[cfg(feature = "cluster")]
 mod cluster;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod memory;
 mod redis;
 mod redlock;
+#[cfg(feature = "cluster")]
 mod slot;
 
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use self::cluster::ClusterBackend;
 #[cfg(feature = "etcd")]
 pub use self::etcd::{EtcdBackend, EtcdConfig};

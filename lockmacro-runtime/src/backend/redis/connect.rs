@@ -1,0 +1,182 @@
+//! Opening clients and connections, with the configured timeouts and TLS.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
+
+use super::config::RedisConfig;
+use super::errors::{TLS_SILENCE, backend_error, redact};
+use super::protocol::{
+    ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH_LUA, REFRESH_MANY_LUA, RELEASE_LUA, REMAINING_LUA,
+};
+use crate::LockError;
+use crate::error::{BackendError, BackendErrorKind};
+
+/// Makes TLS usable for `url` if it asks for it (`rediss://`): installs the
+/// crypto provider, or, in a build without the `tls-rustls` feature, refuses
+/// the URL with an error that names the feature. Called before the URL is
+/// parsed, which fails without a TLS feature, with a vaguer message.
+pub(in crate::backend) fn prepare_tls(url: &str) -> Result<(), LockError> {
+    let tls = url
+        .trim_start()
+        .get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"));
+    if !tls {
+        return Ok(());
+    }
+    #[cfg(feature = "tls-rustls")]
+    {
+        super::tls::install_crypto_provider();
+        Ok(())
+    }
+    #[cfg(not(feature = "tls-rustls"))]
+    Err(LockError::InvalidUrl {
+        url: redact(url),
+        reason: "`rediss://` needs TLS, which this build leaves out: enable the `tls-rustls` \
+                 feature of `lockmacro-runtime`"
+            .into(),
+    })
+}
+
+/// A client for `url` with `config`'s TLS settings; `Err` for a URL that
+/// cannot be parsed or TLS settings that cannot be used with it.
+pub(in crate::backend) fn open_client(
+    url: &str,
+    config: &RedisConfig,
+) -> Result<redis::Client, LockError> {
+    let invalid = |reason: String| LockError::InvalidUrl {
+        url: redact(url),
+        reason,
+    };
+    prepare_tls(url)?;
+    let info = url
+        .into_connection_info()
+        .map_err(|err| invalid(err.to_string()))?;
+    #[cfg(feature = "tls-rustls")]
+    let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    #[cfg(not(feature = "tls-rustls"))]
+    {
+        let _ = config;
+        redis::Client::open(info).map_err(|err| invalid(err.to_string()))
+    }
+    #[cfg(feature = "tls-rustls")]
+    match config.tls_certificates(&format!("redis {}", info.addr()))? {
+        None => redis::Client::open(info).map_err(|err| invalid(err.to_string())),
+        Some(_) if !tls => Err(invalid(
+            "TLS certificates are configured but the URL does not use TLS; \
+             use `rediss://`"
+                .into(),
+        )),
+        Some(certificates) => redis::Client::build_with_tls(info, certificates)
+            .map_err(|err| invalid(err.to_string())),
+    }
+}
+
+/// A connection manager to the server at `url`, its client, and its name
+/// for error messages (`redis 127.0.0.1:6379`); connecting is bounded by the
+/// config's timeouts.
+pub(crate) async fn open_manager(
+    url: &str,
+    config: &RedisConfig,
+) -> Result<(redis::Client, ConnectionManager, String), LockError> {
+    let client = open_client(url, config)?;
+    let name = format!("redis {}", client.get_connection_info().addr());
+    let tls = matches!(
+        client.get_connection_info().addr(),
+        ConnectionAddr::TcpTls { .. }
+    );
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        // Reconnection is retried by the next command, not in the
+        // background for long: a lock call must fail in bounded time.
+        .set_number_of_retries(1)
+        .set_max_delay(config.connect_timeout);
+    let connect = ConnectionManager::new_with_config(client.clone(), manager_config);
+    // The manager's own timeout covers each TCP attempt; this bounds the
+    // whole handshake (AUTH, HELLO, SELECT) as well.
+    let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+        .await
+        .map_err(|_| {
+            let mut message = "no answer in time".to_owned();
+            if tls {
+                message.push_str(TLS_SILENCE);
+            }
+            BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("{name}: connect"),
+                message,
+            )
+        })?
+        .map_err(|err| connect_error(&name, tls, err))?;
+    Ok((client, conn, name))
+}
+
+/// Loads every script in one round trip, so that the first burst of calls
+/// (a watchdog refreshing thousands of leases at once) finds them cached
+/// instead of each call being refused with `NOSCRIPT`, loading the script and
+/// sending again. Best effort: a user not allowed `SCRIPT LOAD` is told so by
+/// the first call that needs a script the server does not have.
+pub(in crate::backend) async fn preload(mut conn: ConnectionManager, timeout: Duration) {
+    let mut pipe = redis::pipe();
+    for source in [
+        ACQUIRE_LUA,
+        ACQUIRE_FAIR_LUA,
+        REFRESH_LUA,
+        RELEASE_LUA,
+        REMAINING_LUA,
+        REFRESH_MANY_LUA,
+    ] {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+    }
+    let load = pipe.query_async::<()>(&mut conn);
+    if let Ok(Err(err)) = tokio::time::timeout(timeout, load).await {
+        tracing::debug!(target: "lockmacro", error = %err, "scripts not preloaded; loaded on first use");
+    }
+}
+
+/// A failed connect of a [`RedisBackend`]: `tls` tells whether the URL asked
+/// for TLS.
+fn connect_error(server: &str, tls: bool, err: RedisError) -> BackendError {
+    let closed = !tls && err.is_connection_dropped() && !err.is_connection_refusal();
+    let text = err.to_string();
+    let error = backend_error(server, "connect", err);
+    if tls && error.kind() == BackendErrorKind::Timeout {
+        return BackendError::new(
+            BackendErrorKind::Timeout,
+            format!("{server}: connect"),
+            format!("no answer in time: {text}{TLS_SILENCE}"),
+        )
+        .with_source(error);
+    }
+    if closed && error.kind() == BackendErrorKind::Unreachable {
+        // A TLS-only port drops a plain-text client without a word.
+        return BackendError::new(
+            BackendErrorKind::Unreachable,
+            format!("{server}: connect"),
+            format!(
+                "the server closed the connection before answering ({text}); if the port \
+                 accepts only TLS, use a `rediss://` URL"
+            ),
+        )
+        .with_source(error);
+    }
+    error
+}
+
+#[cfg(all(test, not(feature = "tls-rustls")))]
+mod tests {
+    use crate::{LockError, RedisBackend};
+
+    #[tokio::test]
+    async fn rediss_without_the_tls_feature_names_the_feature() {
+        let err = RedisBackend::connect("rediss://127.0.0.1:6380/")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, LockError::InvalidUrl { reason, .. } if reason.contains("`tls-rustls`")),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! One Redis server: [`RedisBackend`], one file per concern.
+
+mod config;
+mod connect;
+mod errors;
+mod protocol;
+#[cfg(feature = "tls-rustls")]
+mod tls;
+mod wakeups;
+
+pub use self::config::RedisConfig;
+pub(crate) use self::connect::open_manager;
+// What the cluster backend shares with this one.
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::connect::{open_client, prepare_tls};
+pub(crate) use self::errors::{backend_error, redact};
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::protocol::{
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
+    REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
+    acknowledged_acquire_pipe, acknowledged_outcome, acquired, check_replica_timeout, millis,
+    not_a_fence, plain_outcome, plain_set, pttl, refresh_many_cmd, refreshed,
+};
+pub(super) use self::wakeups::Wakeups;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{ErrorKind, Script, ServerErrorKind};
+
+use self::connect::preload;
+use self::protocol::release_args;
+use crate::LockError;
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
+    TOKEN_LEN, derived_queue_key, join_all,
+};
+
+/// Locks on one Redis server.
+///
+/// A lock is a plain string key, taken with `SET key value NX PX ttl`
+/// semantics, whose value starts with the owner's 32-character token. Other
+/// clients that lock the same keys the same way (redis-py's `Lock`,
+/// bsm/redislock, Redisson's `RLock` excepted, as it uses hashes) exclude this
+/// library and are excluded by it. Refresh, release and fencing run as Lua
+/// scripts (`EVALSHA`, loaded on `NOSCRIPT`).
+///
+/// The connection reconnects by itself. A command that fails because the
+/// connection dropped (a server restart, an idle connection cut by a proxy) is
+/// sent once more on the new connection; every script is safe to repeat.
+///
+/// Waiters are woken by releases: the release script publishes on the channel
+/// `lockmacro:released:<key>`, and a waiting [`Locker`](crate::Locker)
+/// subscribes to it on a second connection (RESP3, opened on the first wait,
+/// shared by all its waiters) before its next attempt. A waiter sends nothing
+/// between wake-ups. When that connection cannot be had, or the Redis user
+/// lacks `+publish +subscribe +unsubscribe` or the channels
+/// `&lockmacro:released:*`, waiters fall back to their retry strategy's
+/// backoff, still bounded by the holder's remaining lease.
+///
+/// Fair obtains ([`ObtainOptions::fair`](crate::ObtainOptions::fair)) queue in
+/// a list at `{K}:queue` (`K:queue` when `K` has a hash tag); the release
+/// script hands the key to the first live waiter for its grant lease
+/// ([`RedisConfig::grant_lease`]) and publishes `grant:<token>:<lease>` on
+/// the same channel; the waiter confirms with one attempt, which publishes
+/// `confirm:<token>`.
+///
+/// Fence counters expire [`RedisConfig::fence_expiry`] after their last use.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+/// use lockmacro_runtime::{Locker, RedisBackend};
+///
+/// let backend = RedisBackend::connect("redis://127.0.0.1:6379/").await?;
+/// let locker = Locker::new(backend);
+/// # let _ = locker; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisBackend {
+    conn: ConnectionManager,
+    /// `redis 127.0.0.1:6379`: names the server in error messages.
+    name: String,
+    wakeups: Arc<Wakeups>,
+    /// The connection of the acquires that wait for replicas.
+    acknowledged: Arc<Acknowledged>,
+    /// `RedisConfig::fence_expiry` and `grant_lease`, in ms, as the scripts
+    /// take them.
+    pub(super) fence_expiry: String,
+    grant_lease: String,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("server", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Connects to the server at `url` (`redis://[user:password@]host:port/[db]`,
+    /// `rediss://` for TLS) with the default [`RedisConfig`].
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::connect_with(url, RedisConfig::default()).await
+    }
+
+    /// Connects to the server at `url` with `config`.
+    pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
+        let (client, conn, name) = open_manager(url, &config).await?;
+        preload(conn.clone(), config.response_timeout).await;
+        // The pub/sub connection goes to the server that holds the keys: when
+        // it freezes, nothing can be locked anyway.
+        let wakeups = Arc::new(Wakeups::new(vec![client], &config, false));
+        let acknowledged = Arc::new(Acknowledged::new(url, &config));
+        Ok(RedisBackend {
+            conn,
+            name,
+            wakeups,
+            acknowledged,
+            fence_expiry: millis(config.fence_expiry),
+            grant_lease: millis(config.grant_lease),
+        })
+    }
+
+    pub(super) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        what: &str,
+        keys: &[String],
+        script: &Script,
+        args: &[&str],
+    ) -> Result<T, LockError> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut conn = self.conn.clone();
+        let first = invocation.invoke_async(&mut conn).await;
+        match first {
+            Err(err) if err.is_connection_dropped() => {
+                tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
+                invocation.invoke_async(&mut conn).await
+            }
+            other => other,
+        }
+        .map_err(|err| backend_error(&self.name, &format!("{what} `{}`", keys.join("`, `")), err).into())
+    }
+}
+
+impl RedisBackend {
+    /// One call of the refresh script for `requests` (all with a well-formed
+    /// token, at most [`REFRESH_BATCH`] of them).
+    async fn refresh_batch(
+        &self,
+        requests: &[&RefreshRequest<'_>],
+    ) -> Vec<Result<bool, LockError>> {
+        let mut conn = self.conn.clone();
+        let evalsha = refresh_many_cmd("EVALSHA", REFRESH_MANY.get_hash(), requests);
+        let mut reply = evalsha.query_async(&mut conn).await;
+        if let Err(err) = &reply
+            && err.is_connection_dropped()
+        {
+            tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
+            reply = evalsha.query_async(&mut conn).await;
+        }
+        if let Err(err) = &reply
+            && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+        {
+            // A server restarted or flushed since `preload`: `EVAL` caches it.
+            reply = refresh_many_cmd("EVAL", REFRESH_MANY_LUA, requests)
+                .query_async(&mut conn)
+                .await;
+        }
+        refreshed(reply, requests, &self.name)
+    }
+}
+
+impl Backend for RedisBackend {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        req: AcquireRequest<'a>,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        Box::pin(async move {
+            if req.replicas > 0 {
+                return self.acquire_acknowledged(req).await;
+            }
+            if req.is_plain() {
+                let mut conn = self.conn.clone();
+                let set = plain_set(&req);
+                let first = set.query_async(&mut conn).await;
+                let previous: Option<String> = match first {
+                    Err(err) if err.is_connection_dropped() => {
+                        tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
+                        set.query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+                .map_err(|err| backend_error(&self.name, &format!("obtain `{}`", req.keys[0]), err))?;
+                if let Some(plain) = plain_outcome(&req, previous) {
+                    return Ok(plain);
+                }
+            }
+            let n = req.keys.len().to_string();
+            let ttl = millis(req.ttl);
+            let expiry = self.fence_expiry.as_str();
+            let reply: Result<Vec<i64>, LockError> = if let Some(wait) = req.queue_for {
+                let mut keys = vec![req.keys[0].clone()];
+                keys.extend(req.fence_key.map(str::to_owned));
+                let (wait, queue) = (millis(wait), derived_queue_key(&req.keys[0]));
+                let args = [req.value, &ttl, &wait, &queue, expiry, &self.grant_lease];
+                self.invoke("obtain", &keys, &ACQUIRE_FAIR, &args).await
+            } else {
+                let mut keys = req.keys.to_vec();
+                keys.extend(req.fence_key.map(str::to_owned));
+                let args = [req.value, &ttl, &n, expiry];
+                self.invoke("obtain", &keys, &ACQUIRE, &args).await
+            };
+            let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
+            acquired(&reply, req.fence_key.is_some(), &self.name)
+        })
+    }
+
+    fn refresh<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            if token.len() != TOKEN_LEN {
+                return Ok(false);
+            }
+            let done: i64 = self
+                .invoke("refresh", keys, &REFRESH, &[token, &millis(ttl)])
+                .await?;
+            Ok(done == 1)
+        })
+    }
+
+    /// One script call per 500 leases, all sent at once.
+    fn refresh_many<'a>(
+        &'a self,
+        requests: &'a [RefreshRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
+        Box::pin(async move {
+            let valid: Vec<&RefreshRequest<'_>> = requests
+                .iter()
+                .filter(|req| req.token.len() == TOKEN_LEN)
+                .collect();
+            let batches = valid
+                .chunks(REFRESH_BATCH)
+                .map(|batch| -> BoxFuture<'_, _> { Box::pin(self.refresh_batch(batch)) })
+                .collect();
+            let mut refreshed = join_all(batches).await.into_iter().flatten();
+            requests
+                .iter()
+                .map(|req| match req.token.len() {
+                    TOKEN_LEN => refreshed.next().unwrap_or(Ok(false)),
+                    _ => Ok(false),
+                })
+                .collect()
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            if token.len() != TOKEN_LEN {
+                return Ok(false);
+            }
+            let args = release_args(keys, token);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let done: i64 = self.invoke("release", keys, &RELEASE, &args).await?;
+            Ok(done == 1)
+        })
+    }
+
+    fn remaining<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        Box::pin(async move {
+            if token.len() != TOKEN_LEN {
+                return Ok(None);
+            }
+            let remaining: i64 = self.invoke("ttl", keys, &REMAINING, &[token]).await?;
+            Ok(pttl(remaining))
+        })
+    }
+
+    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, None))
+    }
+
+    fn fair_queue(&self) -> Option<&dyn FairQueue> {
+        Some(self)
+    }
+
+    fn acknowledges_replicas(&self) -> bool {
+        true
+    }
+}
+
+/// The connection on which [`RedisBackend`] sends the acquires that wait for
+/// replicas, opened on the first one. `WAIT` holds up its connection until
+/// the replicas answer or the bound passes: on the shared connection it would
+/// hold up every other call, the watchdog's refreshes among them.
+pub(super) struct Acknowledged {
+    url: String,
+    config: RedisConfig,
+    conn: tokio::sync::OnceCell<ConnectionManager>,
+}
+
+impl Acknowledged {
+    fn new(url: &str, config: &RedisConfig) -> Self {
+        Acknowledged {
+            url: url.to_owned(),
+            config: config.clone(),
+            conn: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+impl RedisBackend {
+    /// An acquire that waits for `req.replicas` replicas; gives the keys
+    /// back when fewer acknowledge them in time.
+    async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        let what = || format!("obtain `{}`", req.keys.join("`, `"));
+        let acknowledged = &self.acknowledged;
+        check_replica_timeout(&req, acknowledged.config.response_timeout, &self.name)?;
+        let conn = acknowledged
+            .conn
+            .get_or_try_init(|| async {
+                open_manager(&acknowledged.url, &acknowledged.config)
+                    .await
+                    .map(|(_, conn, _)| conn)
+            })
+            .await?;
+        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry);
+        let mut conn = conn.clone();
+        let (reply, acked): (Vec<i64>, usize) = match pipe.query_async(&mut conn).await {
+            // As `invoke` does: the pair is safe to send again, the acquire
+            // accepting a retry of the same value.
+            Err(err) if err.is_connection_dropped() => {
+                tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
+                pipe.query_async(&mut conn).await
+            }
+            other => other,
+        }
+        .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
+        match acknowledged_outcome(&reply, acked, &req, &self.name)? {
+            Ok(outcome) => Ok(outcome),
+            Err(acked) => {
+                if let Err(err) = self.release(req.keys, req.token()).await {
+                    tracing::warn!(target: "lockmacro", server = %self.name, error = %err,
+                        "could not give back a lock the replicas did not acknowledge; it expires with its ttl");
+                }
+                Err(LockError::NotReplicated {
+                    key: req.keys[0].clone(),
+                    wanted: req.replicas,
+                    acknowledged: acked,
+                    timeout: req.replica_timeout,
+                })
+            }
+        }
+    }
+}
+
+impl FairQueue for RedisBackend {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.wakeups.listen(key, Some(token)))
+    }
+
+    fn listening(&self, key: &str) -> bool {
+        self.wakeups.subscribed(key)
+    }
+}

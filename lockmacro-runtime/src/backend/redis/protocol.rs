@@ -1,0 +1,280 @@
+//! The script protocol shared by the single-server and cluster backends:
+//! the scripts, their arguments, and what their replies mean.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::errors::backend_error;
+use crate::LockError;
+use crate::backend::{AcquireRequest, Acquired, RefreshRequest, derived_queue_key};
+use crate::error::{BackendError, BackendErrorKind};
+
+// The sources are kept next to their `Script`s for the cluster backend, which
+// falls back to `EVAL` with the source itself (see `cluster.rs`).
+pub(in crate::backend) const ACQUIRE_LUA: &str = concat!(
+    include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/acquire.lua")
+);
+
+pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
+    include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/grant.lua"),
+    include_str!("../scripts/acquire_fair.lua")
+);
+
+pub(in crate::backend) const REFRESH_LUA: &str = include_str!("../scripts/refresh.lua");
+
+pub(in crate::backend) const RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/grant.lua"),
+    include_str!("../scripts/release.lua")
+);
+
+pub(in crate::backend) const REMAINING_LUA: &str = include_str!("../scripts/remaining.lua");
+
+pub(in crate::backend) const REFRESH_MANY_LUA: &str = include_str!("../scripts/refresh_many.lua");
+
+pub(in crate::backend) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_LUA));
+
+pub(in crate::backend) static ACQUIRE_FAIR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
+
+pub(in crate::backend) static REFRESH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REFRESH_LUA));
+
+pub(in crate::backend) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_LUA));
+
+pub(in crate::backend) static REMAINING: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REMAINING_LUA));
+
+pub(in crate::backend) static REFRESH_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REFRESH_MANY_LUA));
+
+/// The most leases one call of the refresh script carries. Redis runs a
+/// script to its end before serving anyone else: this bounds that pause and
+/// the size of one request.
+pub(in crate::backend) const REFRESH_BATCH: usize = 500;
+
+/// `EVALSHA <sha> …` (or `EVAL <source> …`) of `refresh_many.lua` for
+/// `requests`. Built as one plain command: its arguments share one buffer,
+/// where a `ScriptInvocation` would allocate one per key and argument.
+pub(in crate::backend) fn refresh_many_cmd(
+    verb: &str,
+    script: &str,
+    requests: &[&RefreshRequest<'_>],
+) -> redis::Cmd {
+    let mut cmd = redis::cmd(verb);
+    let keys: usize = requests.iter().map(|req| req.keys.len()).sum();
+    cmd.arg(script).arg(keys);
+    for req in requests {
+        cmd.arg(req.keys);
+    }
+    for req in requests {
+        let ttl = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
+        cmd.arg(req.token).arg(ttl).arg(req.keys.len());
+    }
+    cmd
+}
+
+/// Reads the reply of `refresh_many.lua` for `requests`: one result each, the
+/// error of the call for every one of them when it failed.
+pub(in crate::backend) fn refreshed(
+    reply: redis::RedisResult<Vec<i64>>,
+    requests: &[&RefreshRequest<'_>],
+    server: &str,
+) -> Vec<Result<bool, LockError>> {
+    let what = |req: &RefreshRequest<'_>| format!("refresh `{}`", req.keys.join("`, `"));
+    match reply {
+        Ok(flags) if flags.len() == requests.len() => {
+            flags.iter().map(|&flag| Ok(flag == 1)).collect()
+        }
+        Ok(flags) => requests
+            .iter()
+            .map(|req| {
+                Err(BackendError::new(
+                    BackendErrorKind::Other,
+                    format!("{server}: {}", what(req)),
+                    format!(
+                        "the refresh script answered {} results for {} leases",
+                        flags.len(),
+                        requests.len()
+                    ),
+                )
+                .into())
+            })
+            .collect(),
+        Err(err) => requests
+            .iter()
+            .map(|req| Err(backend_error(server, &what(req), err.clone()).into()))
+            .collect(),
+    }
+}
+
+/// The arguments of the release script: the token, then the lock keys'
+/// queues.
+pub(in crate::backend) fn release_args(keys: &[String], token: &str) -> Vec<String> {
+    let queues = keys.iter().map(|key| derived_queue_key(key));
+    std::iter::once(token.to_owned()).chain(queues).collect()
+}
+
+/// The plain attempt ([`AcquireRequest::is_plain`]): `SET key value NX PX
+/// ttl GET`, which answers the value it found (Redis 7.0 and later allow
+/// `NX` with `GET`), so that a retry of an attempt whose reply was lost is
+/// told apart from another owner in the same round trip.
+pub(in crate::backend) fn plain_set(req: &AcquireRequest<'_>) -> redis::Cmd {
+    let mut set = redis::cmd("SET");
+    set.arg(&req.keys[0])
+        .arg(req.value)
+        .arg("NX")
+        .arg("PX")
+        .arg(millis(req.ttl))
+        .arg("GET");
+    set
+}
+
+/// What the plain attempt found: taken (nothing was there), or busy; `None`
+/// when the key already holds this very value, a retry whose first reply was
+/// lost: the script then extends it to the ttl from now.
+pub(in crate::backend) fn plain_outcome(
+    req: &AcquireRequest<'_>,
+    previous: Option<String>,
+) -> Option<Acquired> {
+    match previous {
+        None => Some(Acquired::Obtained { fence: None }),
+        Some(previous) if previous == req.value => None,
+        Some(_) => Some(Acquired::Busy {
+            index: 0,
+            remaining: None,
+        }),
+    }
+}
+
+pub(in crate::backend) fn millis(ttl: Duration) -> String {
+    ttl.as_millis().to_string()
+}
+
+pub(in crate::backend) fn pttl(value: i64) -> Option<Duration> {
+    u64::try_from(value).ok().map(Duration::from_millis)
+}
+
+/// The error of an acquire script that refused `fence_key` (`NOTAFENCE`,
+/// from `fence.lua`), as [`LockError::InvalidKey`]; any other error as it is.
+pub(in crate::backend) fn not_a_fence(err: LockError, fence_key: Option<&str>) -> LockError {
+    match (&err, fence_key) {
+        (LockError::Backend(backend), Some(fence_key))
+            if backend.to_string().contains("NOTAFENCE") =>
+        {
+            let detail = backend
+                .to_string()
+                .split("NOTAFENCE")
+                .nth(1)
+                .map(|detail| {
+                    let detail = detail.trim_start_matches(['"', ':', ' ']);
+                    // Some servers add where the script stopped.
+                    detail
+                        .split(" script:")
+                        .next()
+                        .unwrap_or(detail)
+                        .trim()
+                        .to_owned()
+                })
+                .unwrap_or_default();
+            crate::backend::fence_key_refused(fence_key, &detail)
+        }
+        _ => err,
+    }
+}
+
+/// Reads the reply of the acquire script; `server` names it in errors.
+pub(in crate::backend) fn acquired(
+    reply: &[i64],
+    fenced: bool,
+    server: &str,
+) -> Result<Acquired, LockError> {
+    match reply {
+        [1, fence] => Ok(Acquired::Obtained {
+            fence: fenced.then(|| u64::try_from(*fence).unwrap_or(0)),
+        }),
+        [0, index, remaining] => Ok(Acquired::Busy {
+            index: usize::try_from(*index - 1).unwrap_or(0),
+            remaining: pttl(*remaining),
+        }),
+        other => Err(BackendError::new(
+            BackendErrorKind::Other,
+            format!("{server}: obtain"),
+            format!("unexpected reply {other:?} from the acquire script"),
+        )
+        .into()),
+    }
+}
+
+/// The acquire script (`EVAL`, keys, args) followed by `WAIT replicas
+/// timeout` in one pipeline: `WAIT` counts the writes of its own connection,
+/// so both must go on the same one, with nothing in between that could be a
+/// reconnection. `EVAL` rather than `EVALSHA`: a `NOSCRIPT` in the middle of
+/// a pipeline would need the pair sent again, and `EVAL` caches the script
+/// all the same.
+pub(in crate::backend) fn acknowledged_acquire_pipe(
+    req: &AcquireRequest<'_>,
+    fence_expiry: &str,
+) -> redis::Pipeline {
+    let mut keys: Vec<&str> = req.keys.iter().map(String::as_str).collect();
+    keys.extend(req.fence_key);
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVAL")
+        .arg(ACQUIRE_LUA)
+        .arg(keys.len())
+        .arg(&keys)
+        .arg(req.value)
+        .arg(millis(req.ttl))
+        .arg(req.keys.len())
+        .arg(fence_expiry)
+        .cmd("WAIT")
+        .arg(req.replicas)
+        // `WAIT` with 0 waits for ever: the locker never asks for less than
+        // 1 ms.
+        .arg(req.replica_timeout.as_millis().max(1));
+    pipe
+}
+
+/// Refuses a replica wait that the response timeout would cut short: the
+/// call would fail as a timeout with the lock taken and nobody to give it
+/// back.
+pub(in crate::backend) fn check_replica_timeout(
+    req: &AcquireRequest<'_>,
+    response_timeout: Duration,
+    server: &str,
+) -> Result<(), LockError> {
+    if req.replica_timeout < response_timeout {
+        return Ok(());
+    }
+    Err(BackendError::new(
+        BackendErrorKind::Other,
+        format!("{server}: obtain `{}`", req.keys.join("`, `")),
+        format!(
+            "the replica wait ({:?}) is not shorter than the response timeout ({response_timeout:?}), \
+             which would end the call first; shorten `ObtainOptions::replica_timeout` or \
+             lengthen `RedisConfig::response_timeout`",
+            req.replica_timeout
+        ),
+    )
+    .into())
+}
+
+/// What an acquire followed by `WAIT` came to: `Busy` as it is, `Obtained`
+/// if enough replicas acknowledged, else `Err(acknowledged)`.
+pub(in crate::backend) fn acknowledged_outcome(
+    reply: &[i64],
+    acknowledged: usize,
+    req: &AcquireRequest<'_>,
+    server: &str,
+) -> Result<Result<Acquired, usize>, LockError> {
+    match acquired(reply, req.fence_key.is_some(), server)? {
+        Acquired::Obtained { .. } if acknowledged < req.replicas => Ok(Err(acknowledged)),
+        outcome => Ok(Ok(outcome)),
+    }
+}
