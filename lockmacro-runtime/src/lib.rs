@@ -94,6 +94,9 @@
 //! ## Backends
 //!
 //! - [`Locker::connect`]: one Redis server ([`RedisBackend`]).
+//! - [`Locker::sentinel`]: the master of a Redis Sentinel deployment
+//!   ([`SentinelBackend`]), followed through failovers; see its
+//!   documentation for what a failover can lose and how to narrow it.
 //! - [`Locker::cluster`]: Redis Cluster ([`ClusterBackend`]). Keys locked
 //!   together, and a lock with its fence counter, must share a hash slot; the
 //!   locker refuses other combinations before sending anything and says which
@@ -375,7 +378,7 @@ pub mod __private;
 pub use crate::backend::{
     AcquireRequest, Acquired, Backend, BoxFuture, ClusterBackend, DEFAULT_FENCE_EXPIRY,
     DEFAULT_GRANT_LEASE, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, RefreshRequest,
-    ReleaseListener, TOKEN_LEN,
+    ReleaseListener, SentinelBackend, TOKEN_LEN,
 };
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};

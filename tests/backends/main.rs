@@ -10,4 +10,5 @@ mod cluster;
 mod cluster_failover;
 mod redlock;
 mod replicas;
+mod sentinel;
 mod witness;

@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod proxy;
 pub mod redis;
+pub mod sentinel;
 pub mod tls;
 
 #[allow(unused_imports)] // Likewise: not every test binary starts a server.

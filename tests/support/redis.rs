@@ -51,6 +51,9 @@ pub struct RedisServer {
     /// Set by [`RedisServer::start_tls`]: the server listens with TLS only.
     /// Boxed, as most servers have none and fixtures hold servers in enums.
     tls: Option<Box<Tls>>,
+    /// Set by [`RedisServer::start_sentinel`]: the configuration file a
+    /// sentinel starts from (and rewrites).
+    sentinel_config: Option<PathBuf>,
 }
 
 /// What a TLS-only server was started with.
@@ -103,12 +106,30 @@ impl RedisServer {
         Self::start_configured(args, Some(Box::new(tls)))
     }
 
+    /// Starts a Redis Sentinel (`redis-server <file> --sentinel`) whose
+    /// configuration file holds `config` (`sentinel monitor …` lines); a
+    /// sentinel rewrites that file as it learns, so it gets its own.
+    #[track_caller]
+    pub fn start_sentinel(config: &str) -> Self {
+        Self::start_in(&[], None, Some(config))
+    }
+
     #[track_caller]
     fn start_configured(args: &[&str], tls: Option<Box<Tls>>) -> Self {
+        Self::start_in(args, tls, None)
+    }
+
+    #[track_caller]
+    fn start_in(args: &[&str], tls: Option<Box<Tls>>, sentinel: Option<&str>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockmacro-redis-")
             .tempdir()
             .expect("cannot create a temporary directory for redis-server");
+        let sentinel_config = sentinel.map(|config| {
+            let path = dir.path().join("sentinel.conf");
+            fs::write(&path, config).expect("cannot write the sentinel's configuration");
+            path
+        });
         let args: Vec<String> = args.iter().map(|&arg| arg.to_owned()).collect();
         let cluster = has_flag(&args, "--cluster-enabled") && !has_flag(&args, "--cluster-port");
         let mut server = RedisServer {
@@ -119,6 +140,7 @@ impl RedisServer {
             args,
             dir,
             tls,
+            sentinel_config,
         };
         let mut attempts = 0;
         loop {
@@ -381,6 +403,10 @@ impl RedisServer {
             .append(true)
             .open(self.log_path())?;
         let mut command = Command::new(server_binary());
+        if let Some(config) = &self.sentinel_config {
+            // The configuration file must come first.
+            command.arg(config).arg("--sentinel");
+        }
         command
             .arg("--port")
             .arg(self.port.to_string())

@@ -1,0 +1,226 @@
+//! `SentinelBackend` against real `redis-sentinel` processes: one master, two
+//! replicas, three sentinels (`support/sentinel.rs`). The master is killed
+//! (SIGKILL) and the tests wait for the sentinels to promote a replica, asking
+//! them, then check what the lockers do on the new master.
+//!
+//! The lockers run with a 10 s response timeout, longer than a failover here
+//! (`down-after-milliseconds 1000`, then agreement and promotion), so that a
+//! call made meanwhile follows the failover instead of failing. Waiters have
+//! a 60 s backoff and a 30 s deadline: they obtain within the 5 s bound only
+//! if the release wakes them.
+
+use std::time::Duration;
+
+use lockmacro_runtime::{
+    Lock, LockError, Locker, ObtainOptions, RedisConfig, RetryStrategy, SentinelBackend,
+};
+
+use crate::support::RedisServer;
+use crate::support::sentinel::{MASTER_NAME, RedisSentinel};
+
+const TTL: Duration = Duration::from_secs(30);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a woken waiter may take to obtain: a bound for a hang.
+const PROMPTLY: Duration = Duration::from_secs(5);
+/// How long a waiter may take to listen on the new master once the sentinels
+/// have promoted it.
+const RELISTEN: Duration = Duration::from_secs(20);
+
+async fn start() -> RedisSentinel {
+    tokio::task::spawn_blocking(RedisSentinel::start)
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
+}
+
+async fn backend(deployment: &RedisSentinel) -> SentinelBackend {
+    let config = RedisConfig::default().response_timeout(RESPONSE_TIMEOUT);
+    match SentinelBackend::connect_with(MASTER_NAME, deployment.sentinel_urls(), config).await {
+        Ok(backend) => backend,
+        Err(err) => deployment.fail(format_args!("connect: {err:?}")),
+    }
+}
+
+/// Kills the master and waits for the sentinels to promote a replica that
+/// `replicas` replicas follow; returns the new master's index.
+async fn fail_over(deployment: RedisSentinel, replicas: usize) -> (RedisSentinel, usize) {
+    tokio::task::spawn_blocking(move || {
+        let mut deployment = deployment;
+        let old = deployment.kill_master();
+        let new = deployment.wait_for_failover(old, replicas);
+        (deployment, new)
+    })
+    .await
+    .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
+}
+
+fn addr(server: &RedisServer) -> String {
+    format!("127.0.0.1:{}", server.port())
+}
+
+/// Subscribers of the channel on which releases of `key` are announced.
+fn listeners(server: &RedisServer, key: &str) -> i64 {
+    let reply: (String, i64) =
+        server.cmd(&["PUBSUB", "NUMSUB", &format!("lockmacro:released:{key}")]);
+    reply.1
+}
+
+async fn until_listening(deployment: &RedisSentinel, server: usize, key: &str, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while listeners(deployment.server(server), key) < 1 {
+        if tokio::time::Instant::now() > deadline {
+            deployment.fail(format_args!(
+                "nobody listens for releases of `{key}` on server {server}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_taken_before_a_failover_holds_on_the_new_master_and_fence_tokens_keep_increasing() {
+    let deployment = start().await;
+    let holder = backend(&deployment).await;
+    let holder_locker = Locker::new(holder.clone());
+    let other = Locker::new(backend(&deployment).await);
+    let old = deployment.master();
+    assert_eq!(holder.master(), addr(deployment.server(old)));
+
+    // Both replicas have the lock and its counter: whichever is promoted
+    // keeps them.
+    let opts = ObtainOptions::new().fence().replicas(2);
+    let lock = match holder_locker.obtain("job", TTL, opts).await {
+        Ok(lock) => lock,
+        Err(err) => deployment.fail(format_args!("obtain before the failover: {err:?}")),
+    };
+    let before = lock.fence_token().expect("a fencing token was asked for");
+
+    let (deployment, new) = fail_over(deployment, 1).await;
+
+    // The first call after the failover finds the new master.
+    match other.obtain("job", TTL, ObtainOptions::new()).await {
+        Err(LockError::NotObtained { key }) if key == "job" => {}
+        outcome => deployment.fail(format_args!(
+            "the lock did not hold on the new master: {outcome:?}"
+        )),
+    }
+    let value: Option<String> = deployment.server(new).cmd(&["GET", "job"]);
+    assert!(
+        value
+            .as_deref()
+            .is_some_and(|v| v.starts_with(lock.token())),
+        "the new master holds {value:?}, not the lock"
+    );
+    // The holder follows too: its refresh and release reach the new master.
+    if let Err(err) = lock.refresh(TTL).await {
+        deployment.fail(format_args!("refresh after the failover: {err:?}"));
+    }
+    assert_eq!(holder.master(), addr(deployment.server(new)));
+    if let Err(err) = lock.release().await {
+        deployment.fail(format_args!("release after the failover: {err:?}"));
+    }
+    let exists: bool = deployment.server(new).cmd(&["EXISTS", "job"]);
+    assert!(
+        !exists,
+        "the release did not delete the key on the new master"
+    );
+
+    let after = match other.obtain("job", TTL, ObtainOptions::new().fence()).await {
+        Ok(lock) => lock,
+        Err(err) => deployment.fail(format_args!("obtain after the failover: {err:?}")),
+    };
+    let after_token = after.fence_token().expect("a fencing token was asked for");
+    assert_eq!(
+        after_token,
+        before + 1,
+        "the counter the replica received continues on the new master"
+    );
+    if let Err(err) = after.release().await {
+        deployment.fail(format_args!("release: {err:?}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_is_woken_on_the_new_master_by_a_release_after_the_failover() {
+    let deployment = start().await;
+    let holder = Locker::new(backend(&deployment).await);
+    let waiter_locker = Locker::new(backend(&deployment).await);
+    let old = deployment.master();
+    let held = match holder
+        .obtain("job", TTL, ObtainOptions::new().replicas(2))
+        .await
+    {
+        Ok(lock) => lock,
+        Err(err) => deployment.fail(format_args!("obtain: {err:?}")),
+    };
+    let waiter = tokio::spawn(async move {
+        let patient = ObtainOptions::new()
+            .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(TTL));
+        waiter_locker.obtain("job", TTL, patient).await
+    });
+    until_listening(&deployment, old, "job", PROMPTLY).await;
+
+    let (deployment, new) = fail_over(deployment, 1).await;
+
+    // Its pub/sub connection died with the master: it tries again, which
+    // finds the new master, and listens there.
+    until_listening(&deployment, new, "job", RELISTEN).await;
+    if let Err(err) = held.release().await {
+        deployment.fail(format_args!("release after the failover: {err:?}"));
+    }
+    let lock: Lock = match tokio::time::timeout(PROMPTLY, waiter).await {
+        Ok(Ok(Ok(lock))) => lock,
+        Ok(Ok(Err(err))) => deployment.fail(format_args!("the waiter failed: {err:?}")),
+        Ok(Err(err)) => std::panic::resume_unwind(err.into_panic()),
+        Err(_) => deployment.fail("the waiter was not woken by the release on the new master"),
+    };
+    if let Err(err) = lock.release().await {
+        deployment.fail(format_args!("release: {err:?}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_option_waits_for_the_masters_replicas_and_gives_the_lock_back_without_them() {
+    let deployment = start().await;
+    let locker = Locker::new(backend(&deployment).await);
+    assert!(locker.backend().acknowledges_replicas());
+    let master = deployment.master();
+    let replicas: Vec<usize> = (0..3).filter(|&index| index != master).collect();
+
+    let lock = match locker
+        .obtain("job", TTL, ObtainOptions::new().replicas(2).fence())
+        .await
+    {
+        Ok(lock) => lock,
+        Err(err) => deployment.fail(format_args!("obtain: {err:?}")),
+    };
+    // Acknowledged: each replica's own copy has it when obtain returns.
+    for &replica in &replicas {
+        let copy: Option<String> = deployment.server(replica).cmd(&["GET", "job"]);
+        assert!(
+            copy.as_deref().is_some_and(|v| v.starts_with(lock.token())),
+            "replica {replica} does not have the lock: {copy:?}"
+        );
+    }
+    if let Err(err) = lock.release().await {
+        deployment.fail(format_args!("release: {err:?}"));
+    }
+
+    // One replica frozen: two acknowledgements cannot come.
+    deployment.server(replicas[0]).pause();
+    let short = ObtainOptions::new()
+        .replicas(2)
+        .replica_timeout(Duration::from_millis(200));
+    let outcome = locker.obtain("job", TTL, short).await;
+    deployment.server(replicas[0]).resume();
+    match outcome {
+        Err(LockError::NotReplicated {
+            key,
+            wanted: 2,
+            acknowledged: 1,
+            ..
+        }) if key == "job" => {}
+        other => deployment.fail(format_args!("expected NotReplicated, got {other:?}")),
+    }
+    let exists: bool = deployment.server(master).cmd(&["EXISTS", "job"]);
+    assert!(!exists, "the unacknowledged lock was not given back");
+}
