@@ -10,6 +10,7 @@ mod fair;
 mod fixture;
 mod leftovers;
 mod logs;
+mod own_connection;
 mod redis;
 mod wakeup;
 mod watchdog;
