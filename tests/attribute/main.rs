@@ -50,6 +50,10 @@ macro_rules! attribute_suite {
         mod on_memory {
             cases_on!(crate::fixture::Fixture::memory(); $($any)*);
         }
+
+        mod on_sentinel {
+            cases_on!(crate::fixture::Fixture::sentinel().await; $($any)* $($servers)*);
+        }
     };
 }
 

@@ -55,6 +55,10 @@ macro_rules! behaviour_suite {
         mod on_memory {
             cases_on!(crate::fixture::Fixture::memory(); $($case,)* $($multi,)*);
         }
+
+        mod on_sentinel {
+            cases_on!(crate::fixture::Fixture::sentinel().await; $($case,)* $($multi,)*);
+        }
     };
 }
 

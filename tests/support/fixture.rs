@@ -9,10 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, RedisBackend};
+use lockmacro_runtime::{
+    LockError, Locker, MemoryBackend, ObtainOptions, RedisBackend, SentinelBackend,
+};
 
 use crate::support::RedisServer;
 use crate::support::cluster::RedisCluster;
+use crate::support::sentinel::{MASTER_NAME, RedisSentinel};
 
 /// Independent masters behind the Redlock fixture: the smallest count with a
 /// majority that is not everyone.
@@ -33,6 +36,7 @@ enum Under {
     Cluster(RedisCluster),
     Redlock(Vec<RedisServer>),
     Memory(Arc<MemoryBackend>),
+    Sentinel(RedisSentinel),
 }
 
 impl Fixture {
@@ -59,6 +63,17 @@ impl Fixture {
         }
     }
 
+    /// A fresh Sentinel deployment per test (one master, two replicas,
+    /// three sentinels); the tests read and write its master.
+    pub async fn sentinel() -> Self {
+        let deployment = tokio::task::spawn_blocking(RedisSentinel::start_quick)
+            .await
+            .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+        Fixture {
+            backend: Under::Sentinel(deployment),
+        }
+    }
+
     pub fn memory() -> Self {
         Fixture {
             backend: Under::Memory(Arc::new(MemoryBackend::new())),
@@ -79,6 +94,20 @@ impl Fixture {
                 self.check(Locker::redlock(urls).await, "connect")
             }
             Under::Memory(memory) => Locker::new(memory.clone()),
+            Under::Sentinel(deployment) => {
+                let backend =
+                    SentinelBackend::connect(MASTER_NAME, deployment.sentinel_urls()).await;
+                Locker::new(self.check(backend, "connect"))
+            }
+        }
+    }
+
+    /// The server that holds the keys, on backends with one such server.
+    fn master(&self) -> Option<&RedisServer> {
+        match &self.backend {
+            Under::Redis(server) => Some(server),
+            Under::Sentinel(deployment) => Some(deployment.server(deployment.master())),
+            _ => None,
         }
     }
 
@@ -88,7 +117,7 @@ impl Fixture {
     /// asked through a locker: another one cannot obtain the key.
     pub async fn is_held(&self, key: &str) -> bool {
         match &self.backend {
-            Under::Redis(server) => server.cmd(&["EXISTS", key]),
+            Under::Redis(_) | Under::Sentinel(_) => self.held_on_master(key),
             Under::Cluster(cluster) => cluster.node(cluster.master_for(key)).cmd(&["EXISTS", key]),
             Under::Redlock(masters) => {
                 let holding = masters
@@ -124,7 +153,7 @@ impl Fixture {
             u64::try_from(millis).ok().map(Duration::from_millis)
         };
         match &self.backend {
-            Under::Redis(server) => pttl(server),
+            Under::Redis(_) | Under::Sentinel(_) => pttl(self.master().expect("one master")),
             Under::Cluster(cluster) => pttl(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => {
                 let mut left: Vec<Duration> = masters.iter().filter_map(pttl).collect();
@@ -143,7 +172,7 @@ impl Fixture {
             let () = node.cmd(&["SET", key, value, "PX", "30000"]);
         };
         match &self.backend {
-            Under::Redis(server) => set(server),
+            Under::Redis(_) | Under::Sentinel(_) => set(self.master().expect("one master")),
             Under::Cluster(cluster) => set(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => masters.iter().for_each(set),
             Under::Memory(_) => panic!("the memory backend cannot be written behind its back"),
@@ -162,7 +191,7 @@ impl Fixture {
             let () = node.cmd(&["SET", key, &value]);
         };
         match &self.backend {
-            Under::Redis(server) => set(server),
+            Under::Redis(_) | Under::Sentinel(_) => set(self.master().expect("one master")),
             Under::Cluster(cluster) => set(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => masters.iter().for_each(set),
             Under::Memory(_) => {}
@@ -174,7 +203,7 @@ impl Fixture {
     pub async fn value(&self, key: &str) -> Option<String> {
         let get = |node: &RedisServer| node.cmd::<Option<String>>(&["GET", key]);
         match &self.backend {
-            Under::Redis(server) => get(server),
+            Under::Redis(_) | Under::Sentinel(_) => get(self.master().expect("one master")),
             Under::Cluster(cluster) => get(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => {
                 let values: Vec<Option<String>> = masters.iter().map(get).collect();
@@ -188,6 +217,10 @@ impl Fixture {
             }
             Under::Memory(_) => panic!("the memory backend cannot be read behind its back"),
         }
+    }
+
+    fn held_on_master(&self, key: &str) -> bool {
+        self.master().expect("one master").cmd(&["EXISTS", key])
     }
 
     /// Kills every server behind the backend with SIGKILL, as a crash would,
@@ -229,6 +262,8 @@ impl Fixture {
             Under::Cluster(cluster) => Box::new(cluster.nodes().iter()),
             Under::Redlock(masters) => Box::new(masters.iter()),
             Under::Memory(_) => panic!("the memory backend has no servers"),
+            // The master and its replicas; the sentinels stay up.
+            Under::Sentinel(deployment) => Box::new(deployment.servers().iter()),
         }
     }
 
@@ -255,6 +290,9 @@ impl Fixture {
                 panic!("{what}: unexpected error: {err:?}\n{}", logs.join("\n"))
             }
             (Under::Memory(_), Err(err)) => panic!("{what}: {err:?}"),
+            (Under::Sentinel(deployment), Err(err)) => {
+                deployment.fail(format_args!("{what}: unexpected error: {err:?}"))
+            }
         }
     }
 }

@@ -39,6 +39,20 @@ impl RedisSentinel {
     /// replicas and the two other sentinels.
     #[track_caller]
     pub fn start() -> Self {
+        Self::start_ready(true)
+    }
+
+    /// Like [`RedisSentinel::start`], but returns as soon as every sentinel
+    /// names the master, before the sentinels have found each other (which
+    /// takes their 2 s hello period): enough for tests that take locks but
+    /// do not fail over.
+    #[track_caller]
+    pub fn start_quick() -> Self {
+        Self::start_ready(false)
+    }
+
+    #[track_caller]
+    fn start_ready(for_failover: bool) -> Self {
         // Replicas synchronise at once instead of waiting 5 s for others to
         // share the transfer.
         let sync = ["--repl-diskless-sync-delay", "0"];
@@ -68,17 +82,25 @@ impl RedisSentinel {
                 .sentinels
                 .push(RedisServer::start_sentinel(&config));
         }
-        deployment.wait_until(
-            "every sentinel knows both replicas and the other sentinels",
-            READY_TIMEOUT,
-            |d| {
-                d.sentinels.iter().all(|sentinel| {
-                    let fields = d.master_fields(sentinel);
-                    field(&fields, "num-slaves") == Some("2")
-                        && field(&fields, "num-other-sentinels") == Some("2")
-                })
-            },
-        );
+        if for_failover {
+            deployment.wait_until(
+                "every sentinel knows both replicas and the other sentinels",
+                READY_TIMEOUT,
+                |d| {
+                    d.sentinels.iter().all(|sentinel| {
+                        let fields = d.master_fields(sentinel);
+                        field(&fields, "num-slaves") == Some("2")
+                            && field(&fields, "num-other-sentinels") == Some("2")
+                    })
+                },
+            );
+        } else {
+            deployment.wait_until("every sentinel names the master", READY_TIMEOUT, |d| {
+                d.sentinels
+                    .iter()
+                    .all(|sentinel| d.named_master(sentinel) == Some(d.servers[0].port()))
+            });
+        }
         deployment
     }
 
@@ -89,6 +111,11 @@ impl RedisSentinel {
 
     pub fn sentinels(&self) -> &[RedisServer] {
         &self.sentinels
+    }
+
+    /// The master and its replicas.
+    pub fn servers(&self) -> &[RedisServer] {
+        &self.servers
     }
 
     pub fn server(&self, index: usize) -> &RedisServer {
