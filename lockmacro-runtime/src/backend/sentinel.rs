@@ -749,3 +749,29 @@ impl Backend for SentinelBackend {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_master;
+
+    #[test]
+    fn master_is_a_name_or_a_url_naming_it_with_its_credentials() {
+        let (name, info, tls) = parse_master("mymaster", false).unwrap();
+        assert_eq!((name.as_str(), tls), ("mymaster", false));
+        assert_eq!(info.redis_settings().password(), None);
+        // Given by name alone, the master uses TLS when the sentinels do.
+        assert!(parse_master("mymaster", true).unwrap().2);
+
+        let (name, info, tls) = parse_master("redis://app:s3cret@mymaster/2", true).unwrap();
+        assert_eq!((name.as_str(), tls), ("mymaster", false));
+        let settings = info.redis_settings();
+        assert_eq!(settings.username(), Some("app"));
+        assert_eq!(settings.password(), Some("s3cret"));
+        assert_eq!(settings.db(), 2);
+        assert!(parse_master("rediss://mymaster", false).unwrap().2);
+
+        for bad in ["", "my master", "redis://:pw@/"] {
+            assert!(parse_master(bad, false).is_err(), "{bad:?}");
+        }
+    }
+}
