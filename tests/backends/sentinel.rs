@@ -12,7 +12,8 @@
 use std::time::Duration;
 
 use lockmacro_runtime::{
-    Lock, LockError, Locker, ObtainOptions, RedisConfig, RetryStrategy, SentinelBackend,
+    BackendErrorKind, Lock, LockError, Locker, ObtainOptions, RedisConfig, RetryStrategy,
+    SentinelBackend,
 };
 
 use crate::support::RedisServer;
@@ -223,4 +224,67 @@ async fn replicas_option_waits_for_the_masters_replicas_and_gives_the_lock_back_
     }
     let exists: bool = deployment.server(master).cmd(&["EXISTS", "job"]);
     assert!(!exists, "the unacknowledged lock was not given back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_and_sentinels_are_reached_with_their_own_passwords() {
+    let deployment = tokio::task::spawn_blocking(|| {
+        RedisSentinel::start_with_passwords("master-secret", "sentinel-secret")
+    })
+    .await
+    .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+    let with_password = |password: &str| -> Vec<String> {
+        deployment
+            .sentinel_urls()
+            .iter()
+            .map(|url| url.replacen("://", &format!("://:{password}@"), 1))
+            .collect()
+    };
+    let master = format!("redis://:master-secret@{MASTER_NAME}/");
+    let config = RedisConfig::default();
+
+    let backend =
+        SentinelBackend::connect_with(&master, with_password("sentinel-secret"), config.clone())
+            .await;
+    let locker = Locker::new(
+        backend.unwrap_or_else(|err| deployment.fail(format_args!("connect: {err:?}"))),
+    );
+    let lock = locker
+        .obtain("job", TTL, ObtainOptions::new().fence())
+        .await
+        .unwrap_or_else(|err| deployment.fail(format_args!("obtain: {err:?}")));
+    if let Err(err) = lock.release().await {
+        deployment.fail(format_args!("release: {err:?}"));
+    }
+
+    // The master's password left out, or the sentinels' given for it.
+    for master in [
+        MASTER_NAME.to_owned(),
+        format!("redis://:sentinel-secret@{MASTER_NAME}/"),
+    ] {
+        let refused = SentinelBackend::connect_with(
+            &master,
+            with_password("sentinel-secret"),
+            config.clone(),
+        )
+        .await;
+        match refused {
+            Err(LockError::Backend(err))
+                if err.kind() == BackendErrorKind::Authentication
+                    && err.to_string().contains("the master's URL") => {}
+            other => deployment.fail(format_args!(
+                "{master}: expected the master to refuse, got {other:?}"
+            )),
+        }
+    }
+    // The sentinels' password left out.
+    let refused = SentinelBackend::connect_with(&master, deployment.sentinel_urls(), config).await;
+    match refused {
+        Err(LockError::Backend(err))
+            if err.kind() == BackendErrorKind::Authentication
+                && err.to_string().contains("the sentinel's URL") => {}
+        other => deployment.fail(format_args!(
+            "expected the sentinels to refuse, got {other:?}"
+        )),
+    }
 }

@@ -109,9 +109,12 @@ impl RedisServer {
     /// Starts a Redis Sentinel (`redis-server <file> --sentinel`) whose
     /// configuration file holds `config` (`sentinel monitor …` lines); a
     /// sentinel rewrites that file as it learns, so it gets its own.
+    ///
+    /// `args` as for [`RedisServer::start_with`]: `--requirepass` makes the
+    /// sentinel ask for a password, which [`RedisServer::client`] gives.
     #[track_caller]
-    pub fn start_sentinel(config: &str) -> Self {
-        Self::start_in(&[], None, Some(config))
+    pub fn start_sentinel(config: &str, args: &[&str]) -> Self {
+        Self::start_in(args, None, Some(config))
     }
 
     #[track_caller]

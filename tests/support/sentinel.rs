@@ -39,7 +39,15 @@ impl RedisSentinel {
     /// replicas and the two other sentinels.
     #[track_caller]
     pub fn start() -> Self {
-        Self::start_ready(true)
+        Self::start_ready(true, None)
+    }
+
+    /// Like [`RedisSentinel::start_quick`], with passwords: the master and
+    /// replicas ask for `master` (and the replicas and sentinels give it to
+    /// the master), the sentinels ask for `sentinel`.
+    #[track_caller]
+    pub fn start_with_passwords(master: &str, sentinel: &str) -> Self {
+        Self::start_ready(false, Some((master, sentinel)))
     }
 
     /// Like [`RedisSentinel::start`], but returns as soon as every sentinel
@@ -48,20 +56,25 @@ impl RedisSentinel {
     /// do not fail over.
     #[track_caller]
     pub fn start_quick() -> Self {
-        Self::start_ready(false)
+        Self::start_ready(false, None)
     }
 
     #[track_caller]
-    fn start_ready(for_failover: bool) -> Self {
+    fn start_ready(for_failover: bool, passwords: Option<(&str, &str)>) -> Self {
         // Replicas synchronise at once instead of waiting 5 s for others to
         // share the transfer.
-        let sync = ["--repl-diskless-sync-delay", "0"];
-        let master = RedisServer::start_with(&sync);
+        let mut args = vec!["--repl-diskless-sync-delay", "0"];
+        if let Some((master, _)) = passwords {
+            // Every server may become the master, or the replica of another.
+            args.extend(["--requirepass", master, "--masterauth", master]);
+        }
+        let master = RedisServer::start_with(&args);
         let port = master.port().to_string();
         let mut servers = vec![master];
         for _ in 0..2 {
-            let args = [sync[0], sync[1], "--replicaof", "127.0.0.1", &port];
-            servers.push(RedisServer::start_with(&args));
+            let mut replica = args.clone();
+            replica.extend(["--replicaof", "127.0.0.1", &port]);
+            servers.push(RedisServer::start_with(&replica));
         }
         let mut deployment = RedisSentinel {
             killed: vec![false; servers.len()],
@@ -71,16 +84,23 @@ impl RedisSentinel {
         deployment.wait_until("both replicas receive writes", READY_TIMEOUT, |d| {
             d.replicas_acknowledge(0, 2)
         });
-        let config = format!(
+        let mut config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {port} {QUORUM}\n\
              sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
              sentinel parallel-syncs {MASTER_NAME} 2\n"
         );
+        let mut sentinel_args = Vec::new();
+        if let Some((master, sentinel)) = passwords {
+            config.push_str(&format!(
+                "sentinel auth-pass {MASTER_NAME} {master}\nsentinel sentinel-pass {sentinel}\n"
+            ));
+            sentinel_args.extend(["--requirepass", sentinel]);
+        }
         for _ in 0..3 {
             deployment
                 .sentinels
-                .push(RedisServer::start_sentinel(&config));
+                .push(RedisServer::start_sentinel(&config, &sentinel_args));
         }
         if for_failover {
             deployment.wait_until(

@@ -425,7 +425,7 @@ impl Lookup {
     /// a server answering `ROLE` as a master.
     async fn find_master(&self) -> Result<(redis::Client, String), LockError> {
         let mut answers = Vec::new();
-        let mut unknown = 0;
+        let (mut unknown, mut refused) = (0, 0);
         for sentinel in &self.sentinels {
             let addr = sentinel.get_connection_info().addr().to_string();
             match self.ask(sentinel).await {
@@ -437,10 +437,16 @@ impl Lookup {
                         self.master_name
                     ));
                 }
+                Err(Answer::Refused(why)) => {
+                    refused += 1;
+                    answers.push(format!("{addr}: {why}"));
+                }
                 Err(Answer::Failed(why)) => answers.push(format!("{addr}: {why}")),
             }
         }
-        let kind = if unknown == self.sentinels.len() {
+        let kind = if refused > 0 {
+            BackendErrorKind::Authentication
+        } else if unknown == self.sentinels.len() {
             BackendErrorKind::Other
         } else {
             BackendErrorKind::Unreachable
@@ -461,7 +467,7 @@ impl Lookup {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.config.connect_timeout))
             .set_response_timeout(Some(self.config.response_timeout));
-        let failed = |err: RedisError| Answer::Failed(err.to_string());
+        let failed = |err: RedisError| Answer::from_error(err, "");
         let mut conn = sentinel
             .get_multiplexed_async_connection_with_config(&config)
             .await
@@ -480,11 +486,11 @@ impl Lookup {
         let mut master = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|err| Answer::Failed(format!("master {addr}: {err}")))?;
+            .map_err(|err| Answer::from_error(err, &format!("master {addr}: ")))?;
         let role: Value = redis::cmd("ROLE")
             .query_async(&mut master)
             .await
-            .map_err(|err| Answer::Failed(format!("master {addr}: {err}")))?;
+            .map_err(|err| Answer::from_error(err, &format!("master {addr}: ")))?;
         match role_name(&role) {
             Some("master") => Ok((client, addr)),
             other => Err(Answer::Failed(format!(
@@ -526,7 +532,28 @@ impl Lookup {
 enum Answer {
     /// It does not know the name.
     Unknown,
+    /// The sentinel or the master refused the credentials.
+    Refused(String),
     Failed(String),
+}
+
+impl Answer {
+    /// `err`, met on the server that `whose` names (empty: the sentinel).
+    fn from_error(err: RedisError, whose: &str) -> Self {
+        let refused = err.kind() == ErrorKind::AuthenticationFailed
+            || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"));
+        if refused {
+            let side = if whose.is_empty() {
+                "the sentinel's URL"
+            } else {
+                "the master's URL (`redis://user:password@<master name>/`)"
+            };
+            return Answer::Refused(format!(
+                "{whose}authentication failed: {err}; give the password in {side}"
+            ));
+        }
+        Answer::Failed(format!("{whose}{err}"))
+    }
 }
 
 /// `master`, `slave` or `sentinel`: the first element of a `ROLE` reply.
