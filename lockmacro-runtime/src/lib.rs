@@ -107,6 +107,33 @@
 //! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
 //! - [`Locker::new`]: any [`Backend`] of your own.
 //!
+//! ## Your own connection
+//!
+//! A service that already talks to Redis can hand its connection to the
+//! locker instead of letting it open its own:
+//! [`RedisBackend::from_client`] (a `redis::Client`),
+//! [`RedisBackend::from_manager`] (a `ConnectionManager`, whose multiplexed
+//! connection then carries the lock calls too),
+//! [`ClusterBackend::from_client`] and [`ClusterBackend::from_connection`]
+//! (a `ClusterClient` and its connection). Two things still get connections
+//! of their own, opened from the client only when first needed: waiters'
+//! pub/sub (a subscribing connection delivers messages as pushes to whoever
+//! made it, and under RESP2 can run nothing else), and acquires that wait for
+//! replicas (`WAIT` blocks the connection it is sent on). On a shared
+//! connection, each lock call is bounded by that connection's response
+//! timeout (500 ms for `ConnectionManager::new`), not by
+//! [`RedisConfig::response_timeout`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+//!
+//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! let manager = redis::aio::ConnectionManager::new(client.clone()).await?;
+//! let locker = Locker::new(RedisBackend::from_manager(manager.clone(), client, RedisConfig::default()).await);
+//! # let _ = locker; Ok(()) }
+//! ```
+//!
 //! ## Locks by hand
 //!
 //! [`Locker::obtain`] returns a [`Lock`]: a lease of `ttl` on the key, owned

@@ -54,8 +54,9 @@ pub(super) static REFRESH_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(
 /// the size of one request.
 pub(super) const REFRESH_BATCH: usize = 500;
 
-/// Connection settings for [`RedisBackend`], [`ClusterBackend`](super::ClusterBackend)
-/// and [`RedlockBackend`](super::RedlockBackend).
+/// Connection settings for [`RedisBackend`], [`ClusterBackend`](super::ClusterBackend),
+/// [`RedlockBackend`](super::RedlockBackend) and
+/// [`SentinelBackend`](super::SentinelBackend).
 ///
 /// ```
 /// use std::time::Duration;
