@@ -18,6 +18,7 @@ use lockmacro_runtime::{
 
 use crate::support::RedisServer;
 use crate::support::sentinel::{MASTER_NAME, RedisSentinel};
+use crate::support::tls::TestCa;
 
 const TTL: Duration = Duration::from_secs(30);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -287,4 +288,45 @@ async fn master_and_sentinels_are_reached_with_their_own_passwords() {
             "expected the sentinels to refuse, got {other:?}"
         )),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_master_are_reached_over_tls() {
+    let ca = tokio::task::spawn_blocking(TestCa::generate)
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+    let ca_pem = ca.ca_pem();
+    // The CA's files live as long as the deployment.
+    let (deployment, _ca) =
+        tokio::task::spawn_blocking(move || (RedisSentinel::start_tls(&ca), ca))
+            .await
+            .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+    let urls = deployment.sentinel_urls();
+    assert!(
+        urls.iter().all(|url| url.starts_with("rediss://")),
+        "{urls:?}"
+    );
+
+    // Every process listens on TLS only: the master, named by the sentinels
+    // over TLS, is reached over TLS too, as the sentinels' URLs say.
+    let config = RedisConfig::default().tls_root_certificate(ca_pem);
+    let backend = SentinelBackend::connect_with(MASTER_NAME, &urls, config.clone())
+        .await
+        .unwrap_or_else(|err| deployment.fail(format_args!("connect: {err:?}")));
+    assert_eq!(backend.master(), addr(deployment.server(0)));
+    let locker = Locker::new(backend);
+    let lock = locker
+        .obtain("job", TTL, ObtainOptions::new().fence().replicas(2))
+        .await
+        .unwrap_or_else(|err| deployment.fail(format_args!("obtain: {err:?}")));
+    let value: Option<String> = deployment.server(0).cmd(&["GET", "job"]);
+    assert!(value.is_some_and(|v| v.starts_with(lock.token())));
+    if let Err(err) = lock.release().await {
+        deployment.fail(format_args!("release: {err:?}"));
+    }
+
+    // A master URL that asks for plain text is refused by the TLS-only master.
+    let plain =
+        SentinelBackend::connect_with(&format!("redis://{MASTER_NAME}"), &urls, config).await;
+    assert!(plain.is_err(), "a plain-text master connection succeeded");
 }

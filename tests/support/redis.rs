@@ -68,6 +68,19 @@ struct Tls {
     client_key_pem: Vec<u8>,
 }
 
+impl Tls {
+    fn of(ca: &TestCa) -> Self {
+        Tls {
+            cert: ca.server_cert(),
+            key: ca.server_key(),
+            ca: ca.ca_cert(),
+            ca_pem: ca.ca_pem(),
+            client_cert_pem: ca.client_cert_pem(),
+            client_key_pem: ca.client_key_pem(),
+        }
+    }
+}
+
 enum StartError {
     PortTaken,
     Failed(String),
@@ -95,15 +108,14 @@ impl RedisServer {
     /// `ca` and presents its client certificate.
     #[track_caller]
     pub fn start_tls(ca: &TestCa, args: &[&str]) -> Self {
-        let tls = Tls {
-            cert: ca.server_cert(),
-            key: ca.server_key(),
-            ca: ca.ca_cert(),
-            ca_pem: ca.ca_pem(),
-            client_cert_pem: ca.client_cert_pem(),
-            client_key_pem: ca.client_key_pem(),
-        };
-        Self::start_configured(args, Some(Box::new(tls)))
+        Self::start_configured(args, Some(Box::new(Tls::of(ca))))
+    }
+
+    /// A sentinel, as [`RedisServer::start_sentinel`], that accepts TLS
+    /// only, as [`RedisServer::start_tls`].
+    #[track_caller]
+    pub fn start_sentinel_tls(ca: &TestCa, config: &str, args: &[&str]) -> Self {
+        Self::start_in(args, Some(Box::new(Tls::of(ca))), Some(config))
     }
 
     /// Starts a Redis Sentinel (`redis-server <file> --sentinel`) whose

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::redis::RedisServer;
+use super::tls::TestCa;
 
 /// The name the sentinels monitor the master under.
 pub const MASTER_NAME: &str = "lockmacro";
@@ -39,7 +40,14 @@ impl RedisSentinel {
     /// replicas and the two other sentinels.
     #[track_caller]
     pub fn start() -> Self {
-        Self::start_ready(true, None)
+        Self::start_ready(true, None, None)
+    }
+
+    /// Like [`RedisSentinel::start_quick`], every process accepting TLS only,
+    /// with the certificates of `ca` (and replicating over TLS).
+    #[track_caller]
+    pub fn start_tls(ca: &TestCa) -> Self {
+        Self::start_ready(false, None, Some(ca))
     }
 
     /// Like [`RedisSentinel::start_quick`], with passwords: the master and
@@ -47,7 +55,7 @@ impl RedisSentinel {
     /// the master), the sentinels ask for `sentinel`.
     #[track_caller]
     pub fn start_with_passwords(master: &str, sentinel: &str) -> Self {
-        Self::start_ready(false, Some((master, sentinel)))
+        Self::start_ready(false, Some((master, sentinel)), None)
     }
 
     /// Like [`RedisSentinel::start`], but returns as soon as every sentinel
@@ -56,11 +64,15 @@ impl RedisSentinel {
     /// do not fail over.
     #[track_caller]
     pub fn start_quick() -> Self {
-        Self::start_ready(false, None)
+        Self::start_ready(false, None, None)
     }
 
     #[track_caller]
-    fn start_ready(for_failover: bool, passwords: Option<(&str, &str)>) -> Self {
+    fn start_ready(
+        for_failover: bool,
+        passwords: Option<(&str, &str)>,
+        tls: Option<&TestCa>,
+    ) -> Self {
         // Replicas synchronise at once instead of waiting 5 s for others to
         // share the transfer.
         let mut args = vec!["--repl-diskless-sync-delay", "0"];
@@ -68,13 +80,21 @@ impl RedisSentinel {
             // Every server may become the master, or the replica of another.
             args.extend(["--requirepass", master, "--masterauth", master]);
         }
-        let master = RedisServer::start_with(&args);
+        if tls.is_some() {
+            // Replicas and sentinels reach the servers over TLS too.
+            args.extend(["--tls-replication", "yes"]);
+        }
+        let start = |args: &[&str]| match tls {
+            Some(ca) => RedisServer::start_tls(ca, args),
+            None => RedisServer::start_with(args),
+        };
+        let master = start(&args);
         let port = master.port().to_string();
         let mut servers = vec![master];
         for _ in 0..2 {
             let mut replica = args.clone();
             replica.extend(["--replicaof", "127.0.0.1", &port]);
-            servers.push(RedisServer::start_with(&replica));
+            servers.push(start(&replica));
         }
         let mut deployment = RedisSentinel {
             killed: vec![false; servers.len()],
@@ -91,6 +111,9 @@ impl RedisSentinel {
              sentinel parallel-syncs {MASTER_NAME} 2\n"
         );
         let mut sentinel_args = Vec::new();
+        if tls.is_some() {
+            sentinel_args.extend(["--tls-replication", "yes"]);
+        }
         if let Some((master, sentinel)) = passwords {
             config.push_str(&format!(
                 "sentinel auth-pass {MASTER_NAME} {master}\nsentinel sentinel-pass {sentinel}\n"
@@ -98,9 +121,10 @@ impl RedisSentinel {
             sentinel_args.extend(["--requirepass", sentinel]);
         }
         for _ in 0..3 {
-            deployment
-                .sentinels
-                .push(RedisServer::start_sentinel(&config, &sentinel_args));
+            deployment.sentinels.push(match tls {
+                Some(ca) => RedisServer::start_sentinel_tls(ca, &config, &sentinel_args),
+                None => RedisServer::start_sentinel(&config, &sentinel_args),
+            });
         }
         if for_failover {
             deployment.wait_until(
@@ -124,7 +148,7 @@ impl RedisSentinel {
         deployment
     }
 
-    /// `redis://127.0.0.1:PORT/` of each sentinel.
+    /// `redis://127.0.0.1:PORT/` of each sentinel (`rediss://` under TLS).
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
     }
