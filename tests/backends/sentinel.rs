@@ -330,3 +330,25 @@ async fn sentinels_and_master_are_reached_over_tls() {
         SentinelBackend::connect_with(&format!("redis://{MASTER_NAME}"), &urls, config).await;
     assert!(plain.is_err(), "a plain-text master connection succeeded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_sentinel_does_not_hold_up_finding_the_master() {
+    let deployment = tokio::task::spawn_blocking(RedisSentinel::start_quick)
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+    deployment.sentinels()[0].pause();
+    // Asked one after the other, the frozen first sentinel would hold the
+    // lookup for its whole response timeout (60 s) before the others.
+    let patient = RedisConfig::default()
+        .connect_timeout(Duration::from_secs(60))
+        .response_timeout(Duration::from_secs(60));
+    let connect = SentinelBackend::connect_with(MASTER_NAME, deployment.sentinel_urls(), patient);
+    let outcome = tokio::time::timeout(PROMPTLY, connect).await;
+    deployment.sentinels()[0].resume();
+    let backend = match outcome {
+        Ok(Ok(backend)) => backend,
+        Ok(Err(err)) => deployment.fail(format_args!("connect: {err:?}")),
+        Err(_) => deployment.fail("the lookup waited for the frozen sentinel"),
+    };
+    assert_eq!(backend.master(), addr(deployment.server(0)));
+}

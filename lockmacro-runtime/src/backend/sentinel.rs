@@ -1,5 +1,6 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::{
@@ -421,27 +422,61 @@ impl Inner {
 }
 
 impl Lookup {
-    /// The master's client and `ip:port`, from the first sentinel that names
-    /// a server answering `ROLE` as a master.
+    /// The master's client and `ip:port`, from the first sentinel to name a
+    /// server answering `ROLE` as a master. The sentinels are asked all at
+    /// once, so that one that is down or frozen costs nothing while another
+    /// answers.
     async fn find_master(&self) -> Result<(redis::Client, String), LockError> {
+        type Asking<'a> = BoxFuture<'a, Result<(redis::Client, String), Answer>>;
+        let mut pending: Vec<Option<Asking<'_>>> = self
+            .sentinels
+            .iter()
+            .map(|sentinel| Some(Box::pin(self.ask(sentinel)) as Asking<'_>))
+            .collect();
+        let mut failed: Vec<Option<Answer>> = self.sentinels.iter().map(|_| None).collect();
+        let found = std::future::poll_fn(|cx| {
+            let mut left = 0;
+            for (slot, answer) in pending.iter_mut().zip(failed.iter_mut()) {
+                let Some(asking) = slot else {
+                    continue;
+                };
+                match asking.as_mut().poll(cx) {
+                    Poll::Ready(Ok(found)) => return Poll::Ready(Some(found)),
+                    Poll::Ready(Err(why)) => {
+                        *answer = Some(why);
+                        *slot = None;
+                    }
+                    Poll::Pending => left += 1,
+                }
+            }
+            if left == 0 {
+                Poll::Ready(None)
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        if let Some(found) = found {
+            return Ok(found);
+        }
         let mut answers = Vec::new();
         let (mut unknown, mut refused) = (0, 0);
-        for sentinel in &self.sentinels {
+        for (sentinel, answer) in self.sentinels.iter().zip(failed) {
             let addr = sentinel.get_connection_info().addr().to_string();
-            match self.ask(sentinel).await {
-                Ok(found) => return Ok(found),
-                Err(Answer::Unknown) => {
+            match answer {
+                Some(Answer::Unknown) => {
                     unknown += 1;
                     answers.push(format!(
                         "{addr} knows no master named `{}`",
                         self.master_name
                     ));
                 }
-                Err(Answer::Refused(why)) => {
+                Some(Answer::Refused(why)) => {
                     refused += 1;
                     answers.push(format!("{addr}: {why}"));
                 }
-                Err(Answer::Failed(why)) => answers.push(format!("{addr}: {why}")),
+                Some(Answer::Failed(why)) => answers.push(format!("{addr}: {why}")),
+                None => answers.push(format!("{addr}: no answer")),
             }
         }
         let kind = if refused > 0 {
