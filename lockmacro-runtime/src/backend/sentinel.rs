@@ -25,10 +25,12 @@ const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
 /// master fails.
 ///
 /// The backend asks the sentinels for the master's address (`SENTINEL
-/// GET-MASTER-ADDR-BY-NAME`, each sentinel in turn until one answers),
-/// checks with `ROLE` that the server it names is a master, and runs a
+/// GET-MASTER-ADDR-BY-NAME`, all of them at once, so that one that is down or
+/// frozen does not hold up the others), checks with `ROLE` that the server
+/// named is a master (the first one that is wins), and runs a
 /// [`RedisBackend`] on it: the same keys, scripts, fencing, wake-ups and fair
-/// hand-off as on one server.
+/// hand-off as on one server. The sentinels are asked again only when a call
+/// meets a failover, not on every call.
 ///
 /// # Following a failover
 ///
