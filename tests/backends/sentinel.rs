@@ -352,3 +352,57 @@ async fn frozen_sentinel_does_not_hold_up_finding_the_master() {
     };
     assert_eq!(backend.master(), addr(deployment.server(0)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_by_hand_is_followed_from_the_demoted_masters_readonly_refusal() {
+    let deployment = start().await;
+    let holder = Locker::new(backend(&deployment).await);
+    let waiter_locker = Locker::new(backend(&deployment).await);
+    let old = deployment.master();
+    let held = match holder
+        .obtain("job", TTL, ObtainOptions::new().fence().replicas(2))
+        .await
+    {
+        Ok(lock) => lock,
+        Err(err) => deployment.fail(format_args!("obtain: {err:?}")),
+    };
+    let waiter = tokio::spawn(async move {
+        let patient = ObtainOptions::new()
+            .fence()
+            .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(TTL));
+        waiter_locker.obtain("job", TTL, patient).await
+    });
+    until_listening(&deployment, old, "job", PROMPTLY).await;
+
+    let deployment = tokio::task::spawn_blocking(move || {
+        let old = deployment.fail_over_by_hand();
+        deployment.wait_for_failover(old, 1);
+        deployment.wait_for_role(old, "slave");
+        deployment
+    })
+    .await
+    .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+
+    // The holder's connection still reaches the old master, which refuses
+    // the release's write (`READONLY`): the release follows to the new one.
+    let before = held.fence_token().expect("fenced");
+    if let Err(err) = held.release().await {
+        deployment.fail(format_args!("release after the failover: {err:?}"));
+    }
+    let lock: Lock = match tokio::time::timeout(PROMPTLY, waiter).await {
+        Ok(Ok(Ok(lock))) => lock,
+        Ok(Ok(Err(err))) => deployment.fail(format_args!("the waiter failed: {err:?}")),
+        Ok(Err(err)) => std::panic::resume_unwind(err.into_panic()),
+        Err(_) => deployment.fail("the waiter was not woken by the release"),
+    };
+    assert!(lock.fence_token().expect("fenced") > before);
+    let new = deployment.master();
+    let value: Option<String> = deployment.server(new).cmd(&["GET", "job"]);
+    assert!(
+        value.is_some_and(|v| v.starts_with(lock.token())),
+        "the waiter's lock is not on the new master"
+    );
+    if let Err(err) = lock.release().await {
+        deployment.fail(format_args!("release: {err:?}"));
+    }
+}

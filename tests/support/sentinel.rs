@@ -184,6 +184,16 @@ impl RedisSentinel {
         master
     }
 
+    /// Asks the sentinels for a failover (`SENTINEL FAILOVER`): a replica is
+    /// promoted and the master, left running, becomes its replica. Returns
+    /// the old master's index; see [`RedisSentinel::wait_for_failover`].
+    #[track_caller]
+    pub fn fail_over_by_hand(&self) -> usize {
+        let master = self.master();
+        let () = self.sentinels[0].cmd(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+        master
+    }
+
     /// Waits until every sentinel names a master other than `old`, that
     /// server says it is a master, and `replicas` replicas receive its
     /// writes; returns its index.
@@ -204,6 +214,16 @@ impl RedisSentinel {
             d.replicas_acknowledge(master, replicas)
         });
         master
+    }
+
+    /// Waits until server `index` answers `ROLE` with `role` (`master`,
+    /// `slave`): a master left running through a failover becomes a replica
+    /// only once a sentinel reconfigures it, after the switch.
+    #[track_caller]
+    pub fn wait_for_role(&self, index: usize, role: &str) {
+        self.wait_until(&format!("server {index} is a {role}"), FAILOVER_WAIT, |d| {
+            d.role(&d.servers[index]) == role
+        });
     }
 
     /// True when `WAIT` after a write on server `index` hears `replicas`
