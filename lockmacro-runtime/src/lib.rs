@@ -365,7 +365,7 @@
 //! | `lockmacro_hold_seconds` | histogram | time from taking a lock to the end of its lease |
 //! | `lockmacro_leases_held` | gauge | leases held now |
 //!
-//! Every metric has two labels: `backend` (`redis`, `cluster`, `redlock`,
+//! Every metric has two labels: `backend` (`redis`, `sentinel`, `cluster`, `redlock`,
 //! `memory`, or a custom backend's [`Backend::name`]) and `namespace` (the
 //! locker's, empty without one). Both are fixed in code, never taken from
 //! keys, so the number of series stays small. For Prometheus, with the
