@@ -61,6 +61,12 @@ const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
 /// each waiter tries again at once, which follows the failover as above, then
 /// listens on the new master, where the holder's release (which follows the
 /// failover too) is published.
+/// A master demoted but still running (a failover by hand) passes the new
+/// master's messages on to its subscribers, as every replica does. A master
+/// cut off by the network rather than killed can leave its waiters'
+/// connection open and silent: those waiters do not hear releases on the new
+/// master, and try again when the holder's lease, as they last saw it, runs
+/// out (or their retry strategy says so, whichever comes first).
 ///
 /// # What a failover can lose
 ///
