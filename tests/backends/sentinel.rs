@@ -383,8 +383,10 @@ async fn failover_by_hand_is_followed_from_the_demoted_masters_readonly_refusal(
     .await
     .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
 
-    // The holder's connection still reaches the old master, which refuses
-    // the release's write (`READONLY`): the release follows to the new one.
+    // The holder's locker still sends to the old master (the sentinels
+    // closed its connection, which is made again to the same server), which
+    // refuses the release's write (`READONLY`): the release follows to the
+    // new one. The waiter, whose connection was closed too, listens there.
     let before = held.fence_token().expect("fenced");
     if let Err(err) = held.release().await {
         deployment.fail(format_args!("release after the failover: {err:?}"));

@@ -61,8 +61,10 @@ const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
 /// each waiter tries again at once, which follows the failover as above, then
 /// listens on the new master, where the holder's release (which follows the
 /// failover too) is published.
-/// A master demoted but still running (a failover by hand) passes the new
-/// master's messages on to its subscribers, as every replica does. A master
+/// The sentinels close the client connections of a master they demote
+/// while it runs (a failover by hand), so its waiters listen again on the new
+/// master, as when it dies; its callers reconnect to it, are refused with
+/// `READONLY`, and follow. A master
 /// cut off by the network rather than killed can leave its waiters'
 /// connection open and silent: those waiters do not hear releases on the new
 /// master, and try again when the holder's lease, as they last saw it, runs
