@@ -103,6 +103,9 @@
 //! ## Backends
 //!
 //! - [`Locker::connect`]: one Redis server ([`RedisBackend`]).
+//! - [`Locker::sentinel`]: the master of a Redis Sentinel deployment
+//!   ([`SentinelBackend`]), followed through failovers; see its
+//!   documentation for what a failover can lose and how to narrow it.
 //! - `Locker::cluster`: Redis Cluster (`ClusterBackend`), with the `cluster`
 //!   feature. Keys locked
 //!   together, and a lock with its fence counter, must share a hash slot; the
@@ -123,6 +126,33 @@
 //!
 //! ```toml
 //! lockmacro-runtime = { version = "0.1", features = ["etcd"] }
+//! ```
+//!
+//! ## Your own connection
+//!
+//! A service that already talks to Redis can hand its connection to the
+//! locker instead of letting it open its own:
+//! [`RedisBackend::from_client`] (a `redis::Client`),
+//! [`RedisBackend::from_manager`] (a `ConnectionManager`, whose multiplexed
+//! connection then carries the lock calls too),
+//! [`ClusterBackend::from_client`] and [`ClusterBackend::from_connection`]
+//! (a `ClusterClient` and its connection). Two things still get connections
+//! of their own, opened from the client only when first needed: waiters'
+//! pub/sub (a subscribing connection delivers messages as pushes to whoever
+//! made it, and under RESP2 can run nothing else), and acquires that wait for
+//! replicas (`WAIT` blocks the connection it is sent on). On a shared
+//! connection, each lock call is bounded by that connection's response
+//! timeout (500 ms for `ConnectionManager::new`), not by
+//! [`RedisConfig::response_timeout`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+//!
+//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! let manager = redis::aio::ConnectionManager::new(client.clone()).await?;
+//! let locker = Locker::new(RedisBackend::from_manager(manager.clone(), client, RedisConfig::default()).await);
+//! # let _ = locker; Ok(()) }
 //! ```
 //!
 //! ## Locks by hand
@@ -371,8 +401,9 @@
 //! | `lockmacro_hold_seconds` | histogram | time from taking a lock to the end of its lease |
 //! | `lockmacro_leases_held` | gauge | leases held now |
 //!
-//! Every metric has two labels: `backend` (`redis`, `cluster`, `redlock`,
-//! `memory`, or a custom backend's [`Backend::name`](backend::Backend::name)) and `namespace` (the
+//! Every metric has two labels: `backend` (`redis`, `sentinel`, `cluster`,
+//! `redlock`, `memory`, or a custom backend's
+//! [`Backend::name`](backend::Backend::name)) and `namespace` (the
 //! locker's, empty without one). Both are fixed in code, never taken from
 //! keys, so the number of series stays small. For Prometheus, with the
 //! `metrics-exporter-prometheus` crate:
@@ -414,7 +445,9 @@ pub use crate::backend::ClusterBackend;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use crate::backend::{EtcdBackend, EtcdConfig};
-pub use crate::backend::{MemoryBackend, RedisBackend, RedisConfig, RedlockBackend};
+pub use crate::backend::{
+    MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, SentinelBackend,
+};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};

@@ -14,7 +14,9 @@ use crate::lock::{Lease, Timing};
 use crate::metrics;
 use crate::options::Fencing;
 use crate::watchdog::Watchdog;
-use crate::{Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend};
+use crate::{
+    Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend, SentinelBackend,
+};
 
 /// The longest ttl accepted: ten years.
 pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -114,6 +116,38 @@ impl Locker {
     /// ```
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Ok(Locker::new(RedisBackend::connect(url).await?))
+    }
+
+    /// A locker on the master that Redis Sentinel names `master`, found
+    /// through the `sentinels` (URLs as for [`connect`](Self::connect),
+    /// with the sentinels' own credentials), and followed to the replica the
+    /// sentinels promote when it fails.
+    ///
+    /// `master` is the name the sentinels monitor, or a URL whose host is
+    /// that name and which carries the master's credentials and database
+    /// (`redis://app:secret@mymaster/0`). See [`SentinelBackend`] for how
+    /// calls ride out a failover, what a failover can lose, and
+    /// [`SentinelBackend::connect_with`] for timeouts and TLS.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::Locker;
+    ///
+    /// let locker = Locker::sentinel(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    /// )
+    /// .await?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub async fn sentinel<I, S>(master: &str, sentinels: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Ok(Locker::new(
+            SentinelBackend::connect(master, sentinels).await?,
+        ))
     }
 
     /// A locker on a Redis Cluster, reached through one or more of its nodes

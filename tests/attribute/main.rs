@@ -51,6 +51,10 @@ macro_rules! attribute_suite {
             cases_on!(crate::fixture::Fixture::memory(); $($any)*);
         }
 
+        mod on_sentinel {
+            cases_on!(crate::fixture::Fixture::sentinel().await; $($any)* $($servers)*);
+        }
+
         #[cfg(feature = "etcd")]
         mod on_etcd {
             cases_on!(crate::fixture::Fixture::etcd().await; $($any)* $($servers)*);

@@ -12,4 +12,5 @@ mod cluster_failover;
 mod etcd;
 mod redlock;
 mod replicas;
+mod sentinel;
 mod witness;

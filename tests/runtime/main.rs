@@ -10,6 +10,7 @@ mod fair;
 mod fixture;
 mod leftovers;
 mod logs;
+mod own_connection;
 mod redis;
 mod wakeup;
 mod watchdog;
@@ -69,6 +70,10 @@ macro_rules! behaviour_suite {
 
         mod on_a_backend_written_outside_the_crate {
             cases_on!(crate::fixture::Fixture::outside(); $($case,)* $($multi,)*);
+        }
+
+        mod on_sentinel {
+            cases_on!(crate::fixture::Fixture::sentinel().await; $($case,)* $($multi,)*);
         }
     };
 }

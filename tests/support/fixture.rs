@@ -10,10 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockmacro_runtime::backend::Backend;
-use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, RedisBackend};
+use lockmacro_runtime::{
+    LockError, Locker, MemoryBackend, ObtainOptions, RedisBackend, SentinelBackend,
+};
 
 use crate::support::RedisServer;
 use crate::support::cluster::RedisCluster;
+use crate::support::sentinel::{MASTER_NAME, RedisSentinel};
 
 /// Independent masters behind the Redlock fixture: the smallest count with a
 /// majority that is not everyone.
@@ -37,6 +40,7 @@ enum Under {
     Memory(Arc<dyn Backend>),
     #[cfg(feature = "etcd")]
     Etcd(crate::support::etcd::EtcdCluster),
+    Sentinel(RedisSentinel),
 }
 
 impl Fixture {
@@ -60,6 +64,17 @@ impl Fixture {
     pub async fn redlock() -> Self {
         Fixture {
             backend: Under::Redlock(RedisServer::start_many(REDLOCK_MASTERS)),
+        }
+    }
+
+    /// A fresh Sentinel deployment per test (one master, two replicas,
+    /// three sentinels); the tests read and write its master.
+    pub async fn sentinel() -> Self {
+        let deployment = tokio::task::spawn_blocking(RedisSentinel::start_quick)
+            .await
+            .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+        Fixture {
+            backend: Under::Sentinel(deployment),
         }
     }
 
@@ -124,6 +139,20 @@ impl Fixture {
             Under::Memory(memory) => Locker::new(memory.clone()),
             #[cfg(feature = "etcd")]
             Under::Etcd(cluster) => self.check(Locker::etcd(cluster.endpoints()).await, "connect"),
+            Under::Sentinel(deployment) => {
+                let backend =
+                    SentinelBackend::connect(MASTER_NAME, deployment.sentinel_urls()).await;
+                Locker::new(self.check(backend, "connect"))
+            }
+        }
+    }
+
+    /// The server that holds the keys, on backends with one such server.
+    fn master(&self) -> Option<&RedisServer> {
+        match &self.backend {
+            Under::Redis(server) => Some(server),
+            Under::Sentinel(deployment) => Some(deployment.server(deployment.master())),
+            _ => None,
         }
     }
 
@@ -133,7 +162,7 @@ impl Fixture {
     /// asked through a locker: another one cannot obtain the key.
     pub async fn is_held(&self, key: &str) -> bool {
         match &self.backend {
-            Under::Redis(server) => server.cmd(&["EXISTS", key]),
+            Under::Redis(_) | Under::Sentinel(_) => self.held_on_master(key),
             Under::Cluster(cluster) => cluster.node(cluster.master_for(key)).cmd(&["EXISTS", key]),
             Under::Redlock(masters) => {
                 let holding = masters
@@ -171,7 +200,7 @@ impl Fixture {
             u64::try_from(millis).ok().map(Duration::from_millis)
         };
         match &self.backend {
-            Under::Redis(server) => pttl(server),
+            Under::Redis(_) | Under::Sentinel(_) => pttl(self.master().expect("one master")),
             Under::Cluster(cluster) => pttl(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => {
                 let mut left: Vec<Duration> = masters.iter().filter_map(pttl).collect();
@@ -200,7 +229,7 @@ impl Fixture {
             let () = node.cmd(&["SET", key, value, "PX", "30000"]);
         };
         match &self.backend {
-            Under::Redis(server) => set(server),
+            Under::Redis(_) | Under::Sentinel(_) => set(self.master().expect("one master")),
             Under::Cluster(cluster) => set(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => masters.iter().for_each(set),
             Under::Memory(_) => panic!("the memory backend cannot be written behind its back"),
@@ -226,7 +255,7 @@ impl Fixture {
             let () = node.cmd(&["SET", key, &value]);
         };
         match &self.backend {
-            Under::Redis(server) => set(server),
+            Under::Redis(_) | Under::Sentinel(_) => set(self.master().expect("one master")),
             Under::Cluster(cluster) => set(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => masters.iter().for_each(set),
             Under::Memory(_) => {}
@@ -241,7 +270,7 @@ impl Fixture {
     pub async fn value(&self, key: &str) -> Option<String> {
         let get = |node: &RedisServer| node.cmd::<Option<String>>(&["GET", key]);
         match &self.backend {
-            Under::Redis(server) => get(server),
+            Under::Redis(_) | Under::Sentinel(_) => get(self.master().expect("one master")),
             Under::Cluster(cluster) => get(cluster.node(cluster.master_for(key))),
             Under::Redlock(masters) => {
                 let values: Vec<Option<String>> = masters.iter().map(get).collect();
@@ -260,6 +289,10 @@ impl Fixture {
                 .await
                 .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
         }
+    }
+
+    fn held_on_master(&self, key: &str) -> bool {
+        self.master().expect("one master").cmd(&["EXISTS", key])
     }
 
     /// Kills every server behind the backend with SIGKILL, as a crash would,
@@ -319,6 +352,8 @@ impl Fixture {
             Under::Memory(_) => panic!("the memory backend has no servers"),
             #[cfg(feature = "etcd")]
             Under::Etcd(_) => panic!("etcd members are not redis servers"),
+            // The master and its replicas; the sentinels stay up.
+            Under::Sentinel(deployment) => Box::new(deployment.servers().iter()),
         }
     }
 
@@ -348,6 +383,9 @@ impl Fixture {
             #[cfg(feature = "etcd")]
             (Under::Etcd(cluster), Err(err)) => {
                 cluster.fail(format_args!("{what}: unexpected error: {err:?}"))
+            }
+            (Under::Sentinel(deployment), Err(err)) => {
+                deployment.fail(format_args!("{what}: unexpected error: {err:?}"))
             }
         }
     }

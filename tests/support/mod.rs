@@ -8,6 +8,7 @@ pub mod etcd;
 pub mod outside;
 pub mod proxy;
 pub mod redis;
+pub mod sentinel;
 pub mod tls;
 
 #[allow(unused_imports)] // Likewise: not every test binary starts a server.

@@ -51,6 +51,9 @@ pub struct RedisServer {
     /// Set by [`RedisServer::start_tls`]: the server listens with TLS only.
     /// Boxed, as most servers have none and fixtures hold servers in enums.
     tls: Option<Box<Tls>>,
+    /// Set by [`RedisServer::start_sentinel`]: the configuration file a
+    /// sentinel starts from (and rewrites).
+    sentinel_config: Option<PathBuf>,
 }
 
 /// What a TLS-only server was started with.
@@ -63,6 +66,19 @@ struct Tls {
     /// `--tls-auth-clients yes`.
     client_cert_pem: Vec<u8>,
     client_key_pem: Vec<u8>,
+}
+
+impl Tls {
+    fn of(ca: &TestCa) -> Self {
+        Tls {
+            cert: ca.server_cert(),
+            key: ca.server_key(),
+            ca: ca.ca_cert(),
+            ca_pem: ca.ca_pem(),
+            client_cert_pem: ca.client_cert_pem(),
+            client_key_pem: ca.client_key_pem(),
+        }
+    }
 }
 
 enum StartError {
@@ -92,23 +108,43 @@ impl RedisServer {
     /// `ca` and presents its client certificate.
     #[track_caller]
     pub fn start_tls(ca: &TestCa, args: &[&str]) -> Self {
-        let tls = Tls {
-            cert: ca.server_cert(),
-            key: ca.server_key(),
-            ca: ca.ca_cert(),
-            ca_pem: ca.ca_pem(),
-            client_cert_pem: ca.client_cert_pem(),
-            client_key_pem: ca.client_key_pem(),
-        };
-        Self::start_configured(args, Some(Box::new(tls)))
+        Self::start_configured(args, Some(Box::new(Tls::of(ca))))
+    }
+
+    /// A sentinel, as [`RedisServer::start_sentinel`], that accepts TLS
+    /// only, as [`RedisServer::start_tls`].
+    #[track_caller]
+    pub fn start_sentinel_tls(ca: &TestCa, config: &str, args: &[&str]) -> Self {
+        Self::start_in(args, Some(Box::new(Tls::of(ca))), Some(config))
+    }
+
+    /// Starts a Redis Sentinel (`redis-server <file> --sentinel`) whose
+    /// configuration file holds `config` (`sentinel monitor …` lines); a
+    /// sentinel rewrites that file as it learns, so it gets its own.
+    ///
+    /// `args` as for [`RedisServer::start_with`]: `--requirepass` makes the
+    /// sentinel ask for a password, which [`RedisServer::client`] gives.
+    #[track_caller]
+    pub fn start_sentinel(config: &str, args: &[&str]) -> Self {
+        Self::start_in(args, None, Some(config))
     }
 
     #[track_caller]
     fn start_configured(args: &[&str], tls: Option<Box<Tls>>) -> Self {
+        Self::start_in(args, tls, None)
+    }
+
+    #[track_caller]
+    fn start_in(args: &[&str], tls: Option<Box<Tls>>, sentinel: Option<&str>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockmacro-redis-")
             .tempdir()
             .expect("cannot create a temporary directory for redis-server");
+        let sentinel_config = sentinel.map(|config| {
+            let path = dir.path().join("sentinel.conf");
+            fs::write(&path, config).expect("cannot write the sentinel's configuration");
+            path
+        });
         let args: Vec<String> = args.iter().map(|&arg| arg.to_owned()).collect();
         let cluster = has_flag(&args, "--cluster-enabled") && !has_flag(&args, "--cluster-port");
         let mut server = RedisServer {
@@ -119,6 +155,7 @@ impl RedisServer {
             args,
             dir,
             tls,
+            sentinel_config,
         };
         let mut attempts = 0;
         loop {
@@ -381,6 +418,10 @@ impl RedisServer {
             .append(true)
             .open(self.log_path())?;
         let mut command = Command::new(server_binary());
+        if let Some(config) = &self.sentinel_config {
+            // The configuration file must come first.
+            command.arg(config).arg("--sentinel");
+        }
         command
             .arg("--port")
             .arg(self.port.to_string())

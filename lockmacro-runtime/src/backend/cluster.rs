@@ -251,6 +251,107 @@ impl ClusterBackend {
         })
     }
 
+    /// Locks on the cluster of a `client` the service already has, on a
+    /// connection the backend opens from it: the client's nodes, user,
+    /// password, TLS, timeouts and retries are used as they are.
+    ///
+    /// `nodes` (URLs, as for [`connect_with`](Self::connect_with)) are where
+    /// the backend's waiters subscribe for releases: a `ClusterClient` does
+    /// not tell its seed nodes, and the pub/sub connection cannot be the
+    /// cluster connection (see [`RedisBackend::from_manager`](super::RedisBackend::from_manager)).
+    /// `config`'s timeouts bound those connections, and its response
+    /// timeout is each call's budget while the cluster fails over.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{ClusterBackend, Locker, RedisConfig};
+    ///
+    /// let nodes = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"];
+    /// let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
+    /// let backend = ClusterBackend::from_client(client, nodes, RedisConfig::default()).await?;
+    /// let locker = Locker::new(backend);
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub async fn from_client<I, S>(
+        client: redis::cluster::ClusterClient,
+        nodes: I,
+        config: RedisConfig,
+    ) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+        let name = cluster_name(&nodes);
+        let connect = client.get_async_connection();
+        let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+            .await
+            .map_err(|_| {
+                BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("{name}: connect"),
+                    "no answer in time",
+                )
+            })?
+            .map_err(|err| backend_error(&name, "connect", err))?;
+        Self::from_connection(conn, client, nodes, config)
+    }
+
+    /// Locks sent on the service's own cluster connection `conn`
+    /// (multiplexed: lock calls and the service's commands share it);
+    /// `client` must be the one it came from, and opens the connection of
+    /// the acquires that wait for replicas, which `WAIT` would block.
+    /// `nodes` are where waiters subscribe, as for
+    /// [`from_client`](Self::from_client). Each call is bounded by `conn`'s
+    /// own response timeout, and by `config`'s while the cluster fails over.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{ClusterBackend, Locker, RedisConfig};
+    ///
+    /// let nodes = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"];
+    /// let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
+    /// let conn = client.get_async_connection().await?;
+    /// // The service goes on using `conn`; the locks ride on it too.
+    /// let backend = ClusterBackend::from_connection(conn.clone(), client, nodes, RedisConfig::default())?;
+    /// let locker = Locker::new(backend);
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn from_connection<I, S>(
+        conn: ClusterConnection,
+        client: redis::cluster::ClusterClient,
+        nodes: I,
+        config: RedisConfig,
+    ) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+        if nodes.is_empty() {
+            return Err(LockError::InvalidUrl {
+                url: String::new(),
+                reason: "no nodes given for the waiters to subscribe on; pass the URL of at \
+                         least one node of the cluster"
+                    .into(),
+            });
+        }
+        let servers = nodes
+            .iter()
+            .map(|node| open_client(node, &config))
+            .collect::<Result<_, _>>()?;
+        Ok(ClusterBackend {
+            conn,
+            budget: config.response_timeout,
+            name: cluster_name(&nodes),
+            wakeups: Arc::new(Wakeups::new(servers, &config, true)),
+            client,
+            acknowledged: Arc::default(),
+            fence_expiry: millis(config.fence_expiry),
+            grant_lease: millis(config.grant_lease),
+        })
+    }
+
     async fn invoke<T: FromRedisValue>(
         &self,
         what: &str,
@@ -448,6 +549,18 @@ impl ClusterBackend {
         };
         refreshed(reply, &requests, &self.name)
     }
+}
+
+/// `redis cluster 10.0.0.1:6379,10.0.0.2:6379`, from node URLs.
+fn cluster_name(nodes: &[String]) -> String {
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|node| {
+            redis::IntoConnectionInfo::into_connection_info(node.as_str())
+                .map_or_else(|_| redact(node), |info| info.addr().to_string())
+        })
+        .collect();
+    format!("redis cluster {}", addrs.join(","))
 }
 
 /// The queue of `key`'s fair waiters, when it shares the key's slot. It does

@@ -1,7 +1,8 @@
 //! The storage a [`Locker`](crate::Locker) runs on.
 //!
-//! [`RedisBackend`] (one server), [`ClusterBackend`] (Redis Cluster),
-//! [`RedlockBackend`] (independent masters, by majority) and [`MemoryBackend`]
+//! [`RedisBackend`] (one server), [`SentinelBackend`] (Redis Sentinel),
+//! [`ClusterBackend`] (Redis Cluster), [`RedlockBackend`] (independent
+//! masters, by majority) and [`MemoryBackend`]
 //! ship with the crate. Another store can be plugged in by implementing
 //! [`Backend`]; it must give the same guarantees: a key is held by at most one
 //! value at a time, until its ttl passes or the owner releases it, and only a
@@ -14,6 +15,7 @@ mod etcd;
 mod memory;
 mod redis;
 mod redlock;
+mod sentinel;
 #[cfg(feature = "cluster")]
 mod slot;
 
@@ -26,6 +28,7 @@ pub use self::memory::MemoryBackend;
 pub use self::redis::{RedisBackend, RedisConfig};
 pub(crate) use self::redis::{backend_error, open_manager};
 pub use self::redlock::RedlockBackend;
+pub use self::sentinel::SentinelBackend;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -300,7 +303,7 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// A short name for logs and metrics (the `backend` label): `redis`,
-    /// `cluster`, `redlock`, `memory`; `custom` by default.
+    /// `sentinel`, `cluster`, `redlock`, `memory`; `custom` by default.
     fn name(&self) -> &'static str {
         "custom"
     }

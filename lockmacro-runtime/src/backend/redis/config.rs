@@ -7,7 +7,8 @@ use super::tls::{ClientIdentity, RootCertificate};
 use crate::backend::{DEFAULT_FENCE_EXPIRY, DEFAULT_GRANT_LEASE};
 
 /// Connection settings for [`RedisBackend`](super::RedisBackend), [`ClusterBackend`](crate::backend::ClusterBackend)
-/// and [`RedlockBackend`](crate::backend::RedlockBackend), and how long the keys the
+/// [`RedlockBackend`](crate::backend::RedlockBackend) and
+/// [`SentinelBackend`](crate::backend::SentinelBackend), and how long the keys the
 /// library keeps next to the locks last: fence counters
 /// ([`fence_expiry`](Self::fence_expiry)) and keys handed to fair waiters
 /// before they confirm ([`grant_lease`](Self::grant_lease)).

@@ -22,11 +22,16 @@ pub(in crate::backend) fn prepare_tls(url: &str) -> Result<(), LockError> {
         .trim_start()
         .get(..9)
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"));
-    if !tls {
-        return Ok(());
-    }
+    if tls { enable_tls(url) } else { Ok(()) }
+}
+
+/// Makes TLS usable for a connection to `url`, which needs it: installs the
+/// crypto provider, or, in a build without the `tls-rustls` feature, refuses
+/// with an error that names the feature.
+pub(in crate::backend) fn enable_tls(url: &str) -> Result<(), LockError> {
     #[cfg(feature = "tls-rustls")]
     {
+        let _ = url;
         super::tls::install_crypto_provider();
         Ok(())
     }
@@ -81,7 +86,22 @@ pub(crate) async fn open_manager(
     config: &RedisConfig,
 ) -> Result<(redis::Client, ConnectionManager, String), LockError> {
     let client = open_client(url, config)?;
-    let name = format!("redis {}", client.get_connection_info().addr());
+    let (conn, name) = manager_for(&client, config).await?;
+    Ok((client, conn, name))
+}
+
+/// The name of `client`'s server in error messages: `redis 127.0.0.1:6379`.
+pub(in crate::backend) fn server_name(client: &redis::Client) -> String {
+    format!("redis {}", client.get_connection_info().addr())
+}
+
+/// A connection manager to the server of `client`, and the server's name;
+/// connecting is bounded by the config's timeouts.
+pub(in crate::backend) async fn manager_for(
+    client: &redis::Client,
+    config: &RedisConfig,
+) -> Result<(ConnectionManager, String), LockError> {
+    let name = server_name(client);
     let tls = matches!(
         client.get_connection_info().addr(),
         ConnectionAddr::TcpTls { .. }
@@ -110,7 +130,7 @@ pub(crate) async fn open_manager(
             )
         })?
         .map_err(|err| connect_error(&name, tls, err))?;
-    Ok((client, conn, name))
+    Ok((conn, name))
 }
 
 /// Loads every script in one round trip, so that the first burst of calls

@@ -12,7 +12,7 @@ pub use self::config::RedisConfig;
 pub(crate) use self::connect::open_manager;
 // What the cluster backend shares with this one.
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::connect::{open_client, prepare_tls};
+pub(super) use self::connect::{enable_tls, manager_for, open_client, prepare_tls, server_name};
 pub(crate) use self::errors::{backend_error, redact};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::protocol::{
@@ -107,20 +107,105 @@ impl RedisBackend {
 
     /// Connects to the server at `url` with `config`.
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
-        let (client, conn, name) = open_manager(url, &config).await?;
+        let client = open_client(url, &config)?;
+        let (conn, name) = manager_for(&client, &config).await?;
+        Ok(Self::assemble(conn, name, client, &config).await)
+    }
+
+    /// Locks on the server of a `client` the service already has: its
+    /// address, user, password, database and TLS settings are used as they
+    /// are (`config`'s TLS certificates are not applied to it), and the
+    /// backend opens its own command connection from it, with `config`'s
+    /// timeouts.
+    ///
+    /// To share the service's command connection as well, use
+    /// [`from_manager`](Self::from_manager).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let backend = RedisBackend::from_client(client.clone(), RedisConfig::default()).await?;
+    /// let locker = Locker::new(backend);
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub async fn from_client(
+        client: redis::Client,
+        config: RedisConfig,
+    ) -> Result<Self, LockError> {
+        let (conn, name) = manager_for(&client, &config).await?;
+        Ok(Self::assemble(conn, name, client, &config).await)
+    }
+
+    /// Locks sent on the service's own `manager`, a multiplexed connection
+    /// that the backend shares with the service (lock calls and the
+    /// service's commands are pipelined on it, in no particular order).
+    ///
+    /// `client` must reach the same server: the backend opens two
+    /// connections of its own from it, only when needed, because the shared
+    /// connection cannot carry them:
+    ///
+    /// - the **pub/sub connection** of waiters ([`Locker::obtain`](crate::Locker::obtain)
+    ///   with a retry), opened on the first wait: a connection that
+    ///   subscribes receives release messages as pushes, which only a
+    ///   connection created with a push sender can deliver (the manager's
+    ///   belong to the service), and RESP2 would turn it into a pub/sub-only
+    ///   connection, refusing the service's commands;
+    /// - the connection of the acquires that wait for replicas
+    ///   ([`ObtainOptions::replicas`](crate::ObtainOptions::replicas)):
+    ///   `WAIT` blocks the connection it is sent on until the replicas
+    ///   answer, which would hold up every command of the service meanwhile.
+    ///
+    /// Those two use `config`'s timeouts; lock calls on `manager` are bounded
+    /// by the **manager's own response timeout** (500 ms for a manager made
+    /// with `ConnectionManager::new`, see `ConnectionManagerConfig`), not by
+    /// `config`'s. Keep it well below your ttls, and above your servers'
+    /// slowest script call. A command that fails because the connection
+    /// dropped is sent once more, as on the backend's own connection; how
+    /// and when the manager reconnects is the manager's configuration.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let manager = redis::aio::ConnectionManager::new(client.clone()).await?;
+    /// // The service goes on using `manager`; the locks ride on it too.
+    /// let backend = RedisBackend::from_manager(manager.clone(), client, RedisConfig::default()).await;
+    /// let locker = Locker::new(backend);
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub async fn from_manager(
+        manager: ConnectionManager,
+        client: redis::Client,
+        config: RedisConfig,
+    ) -> Self {
+        let name = server_name(&client);
+        Self::assemble(manager, name, client, &config).await
+    }
+
+    /// A backend sending its commands on `conn`, opening its pub/sub and
+    /// replica-wait connections from `client`.
+    async fn assemble(
+        conn: ConnectionManager,
+        name: String,
+        client: redis::Client,
+        config: &RedisConfig,
+    ) -> Self {
         preload(conn.clone(), config.response_timeout).await;
         // The pub/sub connection goes to the server that holds the keys: when
         // it freezes, nothing can be locked anyway.
-        let wakeups = Arc::new(Wakeups::new(vec![client], &config, false));
-        let acknowledged = Arc::new(Acknowledged::new(url, &config));
-        Ok(RedisBackend {
+        let wakeups = Arc::new(Wakeups::new(vec![client.clone()], config, false));
+        let acknowledged = Arc::new(Acknowledged::new(client, config));
+        RedisBackend {
             conn,
             name,
             wakeups,
             acknowledged,
             fence_expiry: millis(config.fence_expiry),
             grant_lease: millis(config.grant_lease),
-        })
+        }
     }
 
     pub(super) async fn invoke<T: redis::FromRedisValue>(
@@ -317,15 +402,15 @@ impl Backend for RedisBackend {
 /// the replicas answer or the bound passes: on the shared connection it would
 /// hold up every other call, the watchdog's refreshes among them.
 pub(super) struct Acknowledged {
-    url: String,
+    client: redis::Client,
     config: RedisConfig,
     conn: tokio::sync::OnceCell<ConnectionManager>,
 }
 
 impl Acknowledged {
-    fn new(url: &str, config: &RedisConfig) -> Self {
+    fn new(client: redis::Client, config: &RedisConfig) -> Self {
         Acknowledged {
-            url: url.to_owned(),
+            client,
             config: config.clone(),
             conn: tokio::sync::OnceCell::new(),
         }
@@ -342,9 +427,9 @@ impl RedisBackend {
         let conn = acknowledged
             .conn
             .get_or_try_init(|| async {
-                open_manager(&acknowledged.url, &acknowledged.config)
+                manager_for(&acknowledged.client, &acknowledged.config)
                     .await
-                    .map(|(_, conn, _)| conn)
+                    .map(|(conn, _)| conn)
             })
             .await?;
         let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry);
