@@ -183,6 +183,9 @@ pub struct Servers {
     /// Independent masters for Redlock (empty when no scenario needs them).
     pub masters: Vec<RedisServer>,
     pub cluster: Option<RedisCluster>,
+    /// One etcd member and a 3-member cluster, for the per-backend tables.
+    #[cfg(feature = "etcd")]
+    pub etcd: Vec<support::etcd::EtcdCluster>,
 }
 
 impl Servers {
@@ -194,10 +197,21 @@ impl Servers {
         };
         let cluster = (args.wants(Scenario::S1Scale) || args.wants(Scenario::S2Scale))
             .then(|| RedisCluster::start_with(3, 0));
+        #[cfg(feature = "etcd")]
+        let etcd = if args.wants(Scenario::S1Scale) || args.wants(Scenario::S2Scale) {
+            vec![
+                support::etcd::EtcdCluster::single(),
+                support::etcd::EtcdCluster::start(3),
+            ]
+        } else {
+            Vec::new()
+        };
         Servers {
             single: RedisServer::start(),
             masters,
             cluster,
+            #[cfg(feature = "etcd")]
+            etcd,
         }
     }
 
@@ -206,6 +220,10 @@ impl Servers {
         pids.extend(self.masters.iter().map(RedisServer::pid));
         if let Some(cluster) = &self.cluster {
             pids.extend(cluster.nodes().iter().map(RedisServer::pid));
+        }
+        #[cfg(feature = "etcd")]
+        for etcd in &self.etcd {
+            pids.extend(etcd.members().iter().filter_map(|member| member.pid()));
         }
         pids
     }

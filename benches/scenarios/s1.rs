@@ -39,6 +39,12 @@ enum Variant {
     Redlock,
     /// `Locker::obtain` + `Lock::release` on a 3-master cluster.
     Cluster,
+    /// `Locker::obtain` + `Lock::release` on one etcd member.
+    #[cfg(feature = "etcd")]
+    Etcd1,
+    /// `Locker::obtain` + `Lock::release` on 3 etcd members.
+    #[cfg(feature = "etcd")]
+    Etcd3,
 }
 
 impl Variant {
@@ -50,6 +56,10 @@ impl Variant {
             Variant::FloorRedlock => "floor on 3 masters at once",
             Variant::Redlock => "runtime, Redlock (3)",
             Variant::Cluster => "runtime, cluster (3)",
+            #[cfg(feature = "etcd")]
+            Variant::Etcd1 => "runtime, etcd (1 member)",
+            #[cfg(feature = "etcd")]
+            Variant::Etcd3 => "runtime, etcd (3 members)",
         }
     }
 }
@@ -67,6 +77,9 @@ struct Clients {
     single_pid: u32,
     master_pids: Vec<u32>,
     cluster_pids: Vec<u32>,
+    /// One member, then three: lockers and member pids.
+    #[cfg(feature = "etcd")]
+    etcd: Vec<(Locker, Vec<u32>)>,
 }
 
 impl Clients {
@@ -99,6 +112,15 @@ impl Clients {
                 .iter()
                 .flat_map(|c| c.nodes().iter().map(|n| n.pid()))
                 .collect(),
+            #[cfg(feature = "etcd")]
+            etcd: {
+                let mut etcd = Vec::new();
+                for cluster in &servers.etcd {
+                    let pids = cluster.members().iter().filter_map(|m| m.pid()).collect();
+                    etcd.push((Locker::etcd(cluster.endpoints()).await?, pids));
+                }
+                etcd
+            },
         })
     }
 
@@ -108,6 +130,10 @@ impl Clients {
             Variant::Floor | Variant::Runtime | Variant::Attribute => vec![self.single_pid],
             Variant::FloorRedlock | Variant::Redlock => self.master_pids.clone(),
             Variant::Cluster => self.cluster_pids.clone(),
+            #[cfg(feature = "etcd")]
+            Variant::Etcd1 => self.etcd[0].1.clone(),
+            #[cfg(feature = "etcd")]
+            Variant::Etcd3 => self.etcd[1].1.clone(),
         }
     }
 
@@ -157,6 +183,12 @@ impl Clients {
                         &self.cluster
                     };
                     let locker = locker.as_ref().expect("its servers were started");
+                    let lock = locker.obtain(key, TTL, ObtainOptions::default());
+                    lock.await?.release().await?;
+                }
+                #[cfg(feature = "etcd")]
+                Variant::Etcd1 | Variant::Etcd3 => {
+                    let locker = &self.etcd[usize::from(variant == Variant::Etcd3)].0;
                     let lock = locker.obtain(key, TTL, ObtainOptions::default());
                     lock.await?.release().await?;
                 }
@@ -369,12 +401,15 @@ pub async fn s1(args: &Args, servers: &Servers, view: View) -> Result<(), BoxErr
 /// 3-master cluster, 3 Redlock masters.
 pub async fn s1_scale(args: &Args, servers: &Servers, view: View) -> Result<(), BoxError> {
     let clients = Clients::connect(servers).await?;
-    let variants = [
+    #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
+    let mut variants = vec![
         Variant::Floor,
         Variant::Runtime,
         Variant::Cluster,
         Variant::Redlock,
     ];
+    #[cfg(feature = "etcd")]
+    variants.extend([Variant::Etcd1, Variant::Etcd3]);
     let samples = measure(
         &clients,
         &variants,

@@ -130,6 +130,9 @@ enum Target {
     Single(String),
     /// The seed nodes of a cluster.
     Cluster(Vec<String>),
+    /// The members of an etcd cluster.
+    #[cfg(feature = "etcd")]
+    Etcd(Vec<String>),
 }
 
 impl Target {
@@ -137,6 +140,8 @@ impl Target {
         match self {
             Target::Single(url) => Locker::connect(url).await.unwrap(),
             Target::Cluster(seeds) => Locker::cluster(seeds).await.unwrap(),
+            #[cfg(feature = "etcd")]
+            Target::Etcd(endpoints) => Locker::etcd(endpoints).await.unwrap(),
         }
     }
 }
@@ -423,8 +428,8 @@ pub async fn s2_scale(args: &Args, servers: &Servers, view: View) -> Result<(), 
         .as_ref()
         .expect("the cluster was started for s2-scale");
     println!(
-        "\nS2 on a Redis Cluster (3 masters, on the server CPU): {} workers, one key, {} \
-         sections each, {} µs body; {}",
+        "\nS2 per backend (cluster: 3 masters; etcd, with its feature: 1 and 3 members; all on \
+         the server CPU): {} workers, one key, {} sections each, {} µs body; {}",
         args.workers,
         args.sections,
         args.body_us,
@@ -440,12 +445,22 @@ pub async fn s2_scale(args: &Args, servers: &Servers, view: View) -> Result<(), 
     );
     let single = Arc::new(Target::Single(servers.single.url()));
     let cluster = Arc::new(Target::Cluster(cluster.seeds()));
+    #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
+    let mut targets = vec![(single, "single server"), (cluster, "cluster")];
+    #[cfg(feature = "etcd")]
+    for (etcd, place) in servers
+        .etcd
+        .iter()
+        .zip(["etcd, 1 member", "etcd, 3 members"])
+    {
+        targets.push((Arc::new(Target::Etcd(etcd.endpoints())), place));
+    }
     for (contender, name) in [
         (Contender::Runtime, "obtain, linear 1 s backoff"),
         (Contender::FairRuntime, "obtain, fair, linear 1 s"),
     ] {
         let mut base = 0.0;
-        for (target, place) in [(&single, "single server"), (&cluster, "cluster")] {
+        for (target, place) in &targets {
             let run = contend(args, contender, target).await?;
             if matches!(**target, Target::Single(_)) {
                 base = run.per_sec;
