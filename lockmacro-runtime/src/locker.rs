@@ -387,9 +387,9 @@ impl Locker {
         // Gives back whatever this call may own on the server, however it
         // ends without a lock (gave up, failed, or its future was dropped).
         let mut claim = Claim {
-            locker: self.clone(),
-            wire_keys: wire_keys.clone(),
-            token: token.clone(),
+            locker: self,
+            wire_keys: &wire_keys,
+            token: &token,
             armed: false,
         };
         let drift = self.backend().drift(ttl);
@@ -619,42 +619,43 @@ impl Locker {
 /// Given back while armed, by a release with the call's token: that deletes
 /// only keys holding the token, and removes the token's queue entry (handing
 /// the key on should it have been handed to this call meanwhile).
-struct Claim {
-    locker: Locker,
-    wire_keys: Vec<String>,
-    token: String,
+///
+/// It borrows what it would give back: only a claim dropped while armed
+/// copies it, for the background release.
+struct Claim<'a> {
+    locker: &'a Locker,
+    wire_keys: &'a [String],
+    token: &'a str,
     armed: bool,
 }
 
-impl Claim {
+impl Claim<'_> {
     /// Gives back now, if armed.
     async fn give_back(&mut self) {
         if std::mem::take(&mut self.armed) {
-            release_claim(
-                self.locker.clone(),
-                self.wire_keys.clone(),
-                self.token.clone(),
-            )
-            .await;
+            release_claim(self.locker, self.wire_keys, self.token).await;
         }
     }
 }
 
-async fn release_claim(locker: Locker, wire_keys: Vec<String>, token: String) {
-    if let Err(error) = locker.backend().release(&wire_keys, &token).await {
+async fn release_claim(locker: &Locker, wire_keys: &[String], token: &str) {
+    if let Err(error) = locker.backend().release(wire_keys, token).await {
         tracing::debug!(target: "lockmacro", %error, "could not give back an unfinished obtain; what it took lapses at its ttl");
     }
 }
 
-impl Drop for Claim {
+impl Drop for Claim<'_> {
     fn drop(&mut self) {
         if !std::mem::take(&mut self.armed) {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let wire_keys = std::mem::take(&mut self.wire_keys);
-            let token = std::mem::take(&mut self.token);
-            runtime.spawn(release_claim(self.locker.clone(), wire_keys, token));
+            let (locker, wire_keys, token) = (
+                self.locker.clone(),
+                self.wire_keys.to_vec(),
+                self.token.to_owned(),
+            );
+            runtime.spawn(async move { release_claim(&locker, &wire_keys, &token).await });
         }
     }
 }
