@@ -366,22 +366,12 @@ impl ClusterBackend {
             command
         };
         let reply = self
-            .follow(keys, |mut conn| {
+            .follow(keys, |conn| {
                 let (evalsha, eval) = (
                     command("EVALSHA", script.get_hash()),
                     command("EVAL", source),
                 );
-                async move {
-                    match evalsha.query_async(&mut conn).await {
-                        // `Script::invoke_async` would send `SCRIPT LOAD`, which the
-                        // cluster client broadcasts to every node and which fails while
-                        // any node is down: exactly when a promoted replica needs it.
-                        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                            eval.query_async(&mut conn).await
-                        }
-                        other => other,
-                    }
-                }
+                evalsha_or_eval(conn, evalsha, eval)
             })
             .await;
         reply.map_err(|failure| {
@@ -521,17 +511,10 @@ impl ClusterBackend {
     ) -> Vec<Result<bool, LockError>> {
         let keys = requests.first().map(|req| req.keys).unwrap_or_default();
         let reply = self
-            .follow(keys, |mut conn| {
+            .follow(keys, |conn| {
                 let evalsha = refresh_many_cmd("EVALSHA", REFRESH_MANY.get_hash(), &requests);
                 let eval = refresh_many_cmd("EVAL", REFRESH_MANY_LUA, &requests);
-                async move {
-                    match evalsha.query_async(&mut conn).await {
-                        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                            eval.query_async(&mut conn).await
-                        }
-                        other => other,
-                    }
-                }
+                evalsha_or_eval(conn, evalsha, eval)
             })
             .await;
         let reply = match reply {
@@ -802,5 +785,22 @@ impl FairQueue for ClusterBackend {
 
     fn listening(&self, key: &str) -> bool {
         self.wakeups.subscribed(key)
+    }
+}
+
+/// Sends `evalsha`, and `eval` (the script's source) when the node does not
+/// know the script. `Script::invoke_async` would send `SCRIPT LOAD`, which
+/// the cluster client broadcasts to every node and which fails while any
+/// node is down: exactly when a promoted replica needs it.
+async fn evalsha_or_eval<T: FromRedisValue>(
+    mut conn: ClusterConnection,
+    evalsha: redis::Cmd,
+    eval: redis::Cmd,
+) -> redis::RedisResult<T> {
+    match evalsha.query_async(&mut conn).await {
+        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            eval.query_async(&mut conn).await
+        }
+        other => other,
     }
 }
