@@ -10,12 +10,15 @@ use crate::stats::{micros, percentile};
 use crate::{Args, BoxError};
 
 /// `Locker::obtain`, then `Lock::release`, whose script hands the key to the
-/// first queued waiter. The waiters are entries written as the fair acquire
+/// first queued waiter (and pops it). The waiters are entries written as the fair acquire
 /// writes them, for tokens nobody holds: after each release the bench frees
 /// the key and queues one more, so the queue keeps its length.
 pub async fn queue_release(args: &Args, url: &str, view: View) -> Result<(), BoxError> {
     const KEY: &str = "bench:queue";
     const QUEUE: &str = "{bench:queue}:queue";
+    // The flag a queued waiter sets, which tells a release to look at the
+    // queue; without an expiry here, as the entries have none either.
+    const FLAG: &str = "{bench:queue}:waiters";
     let cycles = args.cycles.min(2000);
     let locker = Locker::connect(url).await?;
     let mut admin = floor::admin(url).await?;
@@ -29,9 +32,15 @@ pub async fn queue_release(args: &Args, url: &str, view: View) -> Result<(), Box
     );
     let waiter = |n: usize| format!(r#"{{"v":"{n:032x}","t":30000,"e":99999999999999,"f":""}}"#);
     for queued in [1, 1000] {
-        let () = redis::cmd("DEL")
+        let () = redis::pipe()
+            .cmd("DEL")
             .arg(KEY)
             .arg(QUEUE)
+            .ignore()
+            .cmd("SET")
+            .arg(FLAG)
+            .arg("")
+            .ignore()
             .query_async(&mut admin)
             .await?;
         let mut push = redis::cmd("RPUSH");
@@ -62,7 +71,8 @@ pub async fn queue_release(args: &Args, url: &str, view: View) -> Result<(), Box
             .arg("commandstats")
             .query_async(&mut admin)
             .await?;
-        // `usec_per_call` of EVALSHA: the acquire and release scripts alike.
+        // `usec_per_call` of EVALSHA: the release script (the obtain is a
+        // plain `SET`).
         let per_script = info
             .lines()
             .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))

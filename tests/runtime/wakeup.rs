@@ -130,10 +130,11 @@ async fn redis_waiter_sends_no_commands_while_it_waits() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // `commandstats` also counts the `SET NX` the script runs inside.
+    // `commandstats` also counts the commands the script runs inside: its
+    // `SET NX`, and the `SET` of the flag that tells releases someone waits.
     assert_eq!(
         (calls(&server, "set"), calls(&server, "evalsha")),
-        (2, 1),
+        (3, 1),
         "the waiter did not make its two attempts: {:?}",
         commands(&server)
     );
@@ -409,4 +410,68 @@ async fn redis_user_denied_the_release_channels_still_releases_and_waits_by_back
         .expect("the waiter obtains by backoff")
         .expect("the waiter task");
     server.expect_ok(lock, "obtain by backoff");
+}
+
+/// A release that nobody waits for is a compare-and-delete: no queue is
+/// read, nothing is published. Once a waiter has found the key busy, the
+/// release announces itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_release_nobody_waits_for_does_no_queue_or_pub_sub_work() {
+    let server = RedisServer::start();
+    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let held = server.expect_ok(locker.obtain("job", TTL, patient()).await, "obtain");
+    server.expect_ok(held.release().await, "release");
+    // `commandstats` counts the commands the release script runs: the GET
+    // and DEL of the key, and the GET of its waiters flag.
+    let mut sent = commands(&server);
+    sent.sort();
+    let expected: Vec<(String, u64)> = [("del", 1), ("evalsha", 1), ("get", 2), ("set", 1)]
+        .into_iter()
+        .map(|(name, calls)| (name.to_owned(), calls))
+        .collect();
+    assert_eq!(sent, expected, "an unawaited obtain and release");
+
+    let (held, waiter) = held_and_awaited(&server).await;
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    server.expect_ok(held.release().await, "release");
+    let lock = obtained_promptly(waiter, "redis").await;
+    assert_eq!(
+        calls(&server, "publish"),
+        1,
+        "the release was not announced"
+    );
+    server.expect_ok(lock.release().await, "release");
+}
+
+/// The flag that tells a release someone waits outlives the holder's lease
+/// by a second only; a waiter that is still waiting when the lease is
+/// renewed sets it again with its next attempt, so a release long after
+/// the waiter's first attempt is still announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_release_is_announced_to_a_waiter_that_outwaited_the_first_lease() {
+    let server = RedisServer::start();
+    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let ttl = Duration::from_secs(2);
+    let held = server.expect_ok(
+        holder_locker.obtain("job", ttl, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let held = held.keep_alive();
+    let waiter = spawn_waiter(&waiter_locker, "job");
+    until_listening(&server, "job", 1).await;
+    // Past the first attempt's flag (the lease then left, plus a second):
+    // the scenario is the time that passes, not a wait for a signal.
+    tokio::time::sleep(ttl * 2).await;
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    server.expect_ok(held.release().await, "release");
+    assert_eq!(
+        calls(&server, "publish"),
+        1,
+        "the release after the renewed lease was not announced: {:?}",
+        commands(&server)
+    );
+    let lock = obtained_promptly(waiter, "redis").await;
+    server.expect_ok(lock.release().await, "release");
 }

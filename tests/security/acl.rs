@@ -125,7 +125,9 @@ async fn user_without_a_command_the_scripts_call_is_told_so() {
         "{message}"
     );
     assert!(
-        message.contains("+get +set +pexpire +pttl +del +incr +time +lrange +lrem +rpush +publish"),
+        message.contains(
+            "+get +set +pexpire +pttl +del +incr +time +lrange +lpop +lrem +rpush +publish"
+        ),
         "{message}"
     );
 }

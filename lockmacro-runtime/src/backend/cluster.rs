@@ -7,16 +7,16 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
-    REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
-    acknowledged_acquire_pipe, acknowledged_outcome, acquired, backend_error,
-    check_replica_timeout, millis, not_a_fence, open_client, plain_outcome, plain_set, prepare_tls,
-    pttl, redact, refresh_many_cmd, refreshed,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, Companions, REFRESH, REFRESH_BATCH,
+    REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
+    Wakeups, acknowledged_acquire_pipe, acknowledged_outcome, acquire_args, acquire_fair_args,
+    acquired, backend_error, check_replica_timeout, millis, not_a_fence, open_client,
+    plain_outcome, plain_set, prepare_tls, pttl, redact, refresh_many_cmd, refreshed, release_args,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
     AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
-    TOKEN_LEN, derived_queue_key, join_all,
+    TOKEN_LEN, join_all,
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
@@ -352,12 +352,12 @@ impl ClusterBackend {
         })
     }
 
-    async fn invoke<T: FromRedisValue>(
+    async fn invoke<T: FromRedisValue, A: redis::ToRedisArgs + Sync>(
         &self,
         what: &str,
         keys: &[String],
         script: (&Script, &str),
-        args: &[&str],
+        args: &[A],
     ) -> Result<T, LockError> {
         let (script, source) = script;
         let command = |name: &str, body: &str| {
@@ -546,15 +546,6 @@ fn cluster_name(nodes: &[String]) -> String {
     format!("redis cluster {}", addrs.join(","))
 }
 
-/// The queue of `key`'s fair waiters, when it shares the key's slot. It does
-/// not for a key with a `}` but no hash tag (`a}b`, `{}`): such a key is
-/// hashed whole, and no derived name hashes the same. Its release then skips
-/// the queue (no fair waiter can have joined it).
-fn local_queue(key: &str) -> Option<String> {
-    let queue = derived_queue_key(key);
-    (slot(&queue) == slot(key)).then_some(queue)
-}
-
 impl Backend for ClusterBackend {
     fn name(&self) -> &'static str {
         "cluster"
@@ -588,28 +579,34 @@ impl Backend for ClusterBackend {
             }
             let mut keys = req.keys.to_vec();
             keys.extend(req.fence_key.map(str::to_owned));
-            let n = req.keys.len().to_string();
-            let ttl = millis(req.ttl);
             if let Some(wait) = req.queue_for {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
-                let queue = local_queue(&req.keys[0]).ok_or_else(|| LockError::InvalidKey {
-                    key: req.keys[0].clone(),
-                    reason: "a fair lock keeps its waiters at a key derived from the lock's, \
-                             which for a key with a `}` but no hash tag is in another Redis \
-                             Cluster slot; give the key a hash tag (only the text between the \
-                             first `{` and `}` is hashed)"
-                        .to_owned(),
-                })?;
-                let wait = millis(wait);
-                let expiry = self.fence_expiry.as_str();
-                let args = [req.value, &ttl, &wait, &queue, expiry, &self.grant_lease];
+                let queue = Companions::SameSlot.queue(&req.keys[0]);
+                if queue.is_empty() {
+                    return Err(LockError::InvalidKey {
+                        key: req.keys[0].clone(),
+                        reason: "a fair lock keeps its waiters at a key derived from the lock's, \
+                                 which for a key with a `}` but no hash tag is in another Redis \
+                                 Cluster slot; give the key a hash tag (only the text between the \
+                                 first `{` and `}` is hashed)"
+                            .to_owned(),
+                    });
+                }
+                let args = acquire_fair_args(
+                    &req,
+                    wait,
+                    queue,
+                    &self.fence_expiry,
+                    &self.grant_lease,
+                    Companions::SameSlot,
+                );
                 let script = (&*ACQUIRE_FAIR, ACQUIRE_FAIR_LUA);
                 let reply: Result<Vec<i64>, _> = self.invoke("obtain", &keys, script, &args).await;
                 let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
                 return acquired(&reply, req.fence_key.is_some(), &self.name);
             }
-            let args = [req.value, &ttl, &n, &self.fence_expiry];
+            let args = acquire_args(&req, &self.fence_expiry, Companions::SameSlot);
             let reply: Result<Vec<i64>, _> = self
                 .invoke("obtain", &keys, (&ACQUIRE, ACQUIRE_LUA), &args)
                 .await;
@@ -689,13 +686,7 @@ impl Backend for ClusterBackend {
             if token.len() != TOKEN_LEN {
                 return Ok(false);
             }
-            let queues: Vec<String> = keys
-                .iter()
-                .map(|key| local_queue(key).unwrap_or_default())
-                .collect();
-            let args: Vec<&str> = std::iter::once(token)
-                .chain(queues.iter().map(String::as_str))
-                .collect();
+            let args = release_args(keys, token, Companions::SameSlot);
             let done: i64 = self
                 .invoke("release", keys, (&RELEASE, RELEASE_LUA), &args)
                 .await?;
@@ -746,7 +737,7 @@ impl ClusterBackend {
             .get_or_try_init(|| self.client.get_async_connection())
             .await
             .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
-        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry);
+        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry, Companions::SameSlot);
         let mut keys = req.keys.to_vec();
         keys.extend(req.fence_key.map(str::to_owned));
         let (reply, acked): (Vec<i64>, usize) = self

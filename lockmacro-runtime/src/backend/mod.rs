@@ -669,8 +669,19 @@ pub(crate) fn derived_queue_key(key: &str) -> String {
     }
 }
 
-/// The lock key whose derived fence counter ([`derived_fence_key`]) or
-/// queue ([`derived_queue_key`]) is `key`, if any, and which of the two.
+/// The flag that says someone may wait for the release of a lock key, in
+/// the same cluster slot (see [`derived_fence_key`] and `waiters.lua`).
+pub(crate) fn derived_waiters_key(key: &str) -> String {
+    if hashtag(key).is_some() {
+        format!("{key}:waiters")
+    } else {
+        format!("{{{key}}}:waiters")
+    }
+}
+
+/// The lock key whose derived fence counter ([`derived_fence_key`]), queue
+/// ([`derived_queue_key`]) or waiters flag ([`derived_waiters_key`]) is
+/// `key`, if any, and which of the three.
 fn derived_from(key: &str) -> Option<(&str, &'static str)> {
     for (suffix, what, derive) in [
         (
@@ -679,6 +690,7 @@ fn derived_from(key: &str) -> Option<(&str, &'static str)> {
             derived_fence_key as fn(&str) -> String,
         ),
         (":queue", "queue of fair waiters", derived_queue_key),
+        (":waiters", "waiters flag", derived_waiters_key),
     ] {
         let Some(base) = key.strip_suffix(suffix) else {
             continue;
@@ -697,9 +709,10 @@ fn derived_from(key: &str) -> Option<(&str, &'static str)> {
 }
 
 /// Refuses, before anything is sent, the keys that would collide with a fence
-/// counter or a fair queue: a lock key that is the derived counter or queue
-/// of another key, and a fence key that is one of the keys locked or a
-/// queue. Such an acquire would fail midway or could never succeed.
+/// counter, a fair queue or a waiters flag: a lock key that is the derived
+/// counter, queue or flag of another key, and a fence key that is one of the
+/// keys locked, a queue or a flag. Such an acquire would fail midway, could
+/// never succeed, or would have its counter overwritten.
 pub(crate) fn check_reserved(keys: &[String], fence_key: Option<&str>) -> Result<(), LockError> {
     for key in keys {
         if let Some((owner, what)) = derived_from(key) {
@@ -722,7 +735,9 @@ pub(crate) fn check_reserved(keys: &[String], fence_key: Option<&str>) -> Result
             "the fence counter is also a key being locked",
         ));
     }
-    if let Some((owner, what @ "queue of fair waiters")) = derived_from(fence_key) {
+    if let Some((owner, what @ ("queue of fair waiters" | "waiters flag"))) =
+        derived_from(fence_key)
+    {
         return Err(fence_key_refused(
             fence_key,
             &format!("it is the {what} of the lock `{owner}`"),
@@ -774,6 +789,7 @@ mod tests {
         for key in ["user:1", "billing:{user:1}", "a{}b", "}b", "a}b"] {
             assert!(derived_from(&derived_fence_key(key)).is_some(), "{key}");
             assert!(derived_from(&derived_queue_key(key)).is_some(), "{key}");
+            assert!(derived_from(&derived_waiters_key(key)).is_some(), "{key}");
         }
         for key in [
             "user:1:fence",

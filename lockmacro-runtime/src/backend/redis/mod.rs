@@ -16,10 +16,11 @@ pub(super) use self::connect::{enable_tls, manager_for, open_client, prepare_tls
 pub(crate) use self::errors::{backend_error, redact};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::protocol::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, REFRESH, REFRESH_BATCH, REFRESH_LUA,
-    REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
-    acknowledged_acquire_pipe, acknowledged_outcome, acquired, check_replica_timeout, millis,
-    not_a_fence, plain_outcome, plain_set, pttl, refresh_many_cmd, refreshed,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, Companions, REFRESH, REFRESH_BATCH,
+    REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
+    acknowledged_acquire_pipe, acknowledged_outcome, acquire_args, acquire_fair_args, acquired,
+    check_replica_timeout, millis, not_a_fence, plain_outcome, plain_set, pttl, refresh_many_cmd,
+    refreshed, release_args,
 };
 pub(super) use self::wakeups::Wakeups;
 
@@ -30,11 +31,10 @@ use redis::aio::ConnectionManager;
 use redis::{ErrorKind, Script, ServerErrorKind};
 
 use self::connect::preload;
-use self::protocol::release_args;
 use crate::LockError;
 use crate::backend::{
     AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
-    TOKEN_LEN, derived_queue_key, join_all,
+    TOKEN_LEN, join_all,
 };
 
 /// Locks on one Redis server.
@@ -208,19 +208,19 @@ impl RedisBackend {
         }
     }
 
-    pub(super) async fn invoke<T: redis::FromRedisValue>(
+    pub(super) async fn invoke<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
         what: &str,
         keys: &[String],
         script: &Script,
-        args: &[&str],
+        args: &[A],
     ) -> Result<T, LockError> {
         let mut invocation = script.prepare_invoke();
         for key in keys {
             invocation.key(key);
         }
         for arg in args {
-            invocation.arg(*arg);
+            invocation.arg(arg);
         }
         let mut conn = self.conn.clone();
         let first = invocation.invoke_async(&mut conn).await;
@@ -292,19 +292,24 @@ impl Backend for RedisBackend {
                     return Ok(plain);
                 }
             }
-            let n = req.keys.len().to_string();
-            let ttl = millis(req.ttl);
             let expiry = self.fence_expiry.as_str();
             let reply: Result<Vec<i64>, LockError> = if let Some(wait) = req.queue_for {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
-                let (wait, queue) = (millis(wait), derived_queue_key(&req.keys[0]));
-                let args = [req.value, &ttl, &wait, &queue, expiry, &self.grant_lease];
+                let queue = Companions::Derived.queue(&req.keys[0]);
+                let args = acquire_fair_args(
+                    &req,
+                    wait,
+                    queue,
+                    expiry,
+                    &self.grant_lease,
+                    Companions::Derived,
+                );
                 self.invoke("obtain", &keys, &ACQUIRE_FAIR, &args).await
             } else {
                 let mut keys = req.keys.to_vec();
                 keys.extend(req.fence_key.map(str::to_owned));
-                let args = [req.value, &ttl, &n, expiry];
+                let args = acquire_args(&req, expiry, Companions::Derived);
                 self.invoke("obtain", &keys, &ACQUIRE, &args).await
             };
             let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
@@ -363,8 +368,7 @@ impl Backend for RedisBackend {
             if token.len() != TOKEN_LEN {
                 return Ok(false);
             }
-            let args = release_args(keys, token);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let args = release_args(keys, token, Companions::Derived);
             let done: i64 = self.invoke("release", keys, &RELEASE, &args).await?;
             Ok(done == 1)
         })
@@ -432,7 +436,7 @@ impl RedisBackend {
                     .map(|(conn, _)| conn)
             })
             .await?;
-        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry);
+        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry, Companions::Derived);
         let mut conn = conn.clone();
         let (reply, acked): (Vec<i64>, usize) = match pipe.query_async(&mut conn).await {
             // As `invoke` does: the pair is safe to send again, the acquire

@@ -8,18 +8,22 @@ use redis::Script;
 
 use super::errors::backend_error;
 use crate::LockError;
-use crate::backend::{AcquireRequest, Acquired, RefreshRequest, derived_queue_key};
+use crate::backend::{
+    AcquireRequest, Acquired, RefreshRequest, derived_queue_key, derived_waiters_key,
+};
 use crate::error::{BackendError, BackendErrorKind};
 
 // The sources are kept next to their `Script`s for the cluster backend, which
 // falls back to `EVAL` with the source itself (see `cluster.rs`).
 pub(in crate::backend) const ACQUIRE_LUA: &str = concat!(
     include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/waiters.lua"),
     include_str!("../scripts/acquire.lua")
 );
 
 pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
     include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/waiters.lua"),
     include_str!("../scripts/grant.lua"),
     include_str!("../scripts/acquire_fair.lua")
 );
@@ -28,6 +32,7 @@ pub(in crate::backend) const REFRESH_LUA: &str = include_str!("../scripts/refres
 
 pub(in crate::backend) const RELEASE_LUA: &str = concat!(
     include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/waiters.lua"),
     include_str!("../scripts/grant.lua"),
     include_str!("../scripts/release.lua")
 );
@@ -114,11 +119,98 @@ pub(in crate::backend) fn refreshed(
     }
 }
 
+/// Where the scripts keep the fair queue and the waiters flag of a lock key
+/// (see `acquire_fair.lua` and `waiters.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(in crate::backend) enum Companions {
+    /// At the derived names: one server takes any name.
+    Derived,
+    /// At the derived names when they share the key's cluster slot, else
+    /// nowhere (an empty name): a key with a `}` but no hash tag is hashed
+    /// whole, and no derived name hashes the same.
+    #[cfg(feature = "cluster")]
+    SameSlot,
+}
+
+impl Companions {
+    fn name(self, key: &str, derive: fn(&str) -> String) -> String {
+        let name = derive(key);
+        match self {
+            #[cfg(feature = "cluster")]
+            Companions::SameSlot
+                if crate::backend::slot::slot(&name) != crate::backend::slot::slot(key) =>
+            {
+                String::new()
+            }
+            _ => name,
+        }
+    }
+
+    /// The queue of `key`'s fair waiters, or an empty name.
+    pub(in crate::backend) fn queue(self, key: &str) -> String {
+        self.name(key, derived_queue_key)
+    }
+
+    /// The waiters flag of `key`, or an empty name.
+    pub(in crate::backend) fn flag(self, key: &str) -> String {
+        self.name(key, derived_waiters_key)
+    }
+}
+
+/// The arguments of the acquire script (`acquire.lua`) for `req`, whose
+/// keys are its `KEYS` with the fence key after them.
+pub(in crate::backend) fn acquire_args(
+    req: &AcquireRequest<'_>,
+    fence_expiry: &str,
+    companions: Companions,
+) -> Vec<String> {
+    let mut args = vec![
+        req.value.to_owned(),
+        millis(req.ttl),
+        req.keys.len().to_string(),
+        fence_expiry.to_owned(),
+    ];
+    if req.wait {
+        args.push("1".to_owned());
+        args.extend(req.keys.iter().map(|key| companions.flag(key)));
+    }
+    args
+}
+
+/// The arguments of the fair acquire script (`acquire_fair.lua`) for
+/// `req`, queued at `queue` for at most `wait`.
+pub(in crate::backend) fn acquire_fair_args(
+    req: &AcquireRequest<'_>,
+    wait: Duration,
+    queue: String,
+    fence_expiry: &str,
+    grant_lease: &str,
+    companions: Companions,
+) -> Vec<String> {
+    vec![
+        req.value.to_owned(),
+        millis(req.ttl),
+        millis(wait),
+        queue,
+        fence_expiry.to_owned(),
+        grant_lease.to_owned(),
+        companions.flag(&req.keys[0]),
+    ]
+}
+
 /// The arguments of the release script: the token, then the lock keys'
-/// queues.
-pub(in crate::backend) fn release_args(keys: &[String], token: &str) -> Vec<String> {
-    let queues = keys.iter().map(|key| derived_queue_key(key));
-    std::iter::once(token.to_owned()).chain(queues).collect()
+/// queues, then their waiters flags.
+pub(in crate::backend) fn release_args(
+    keys: &[String],
+    token: &str,
+    companions: Companions,
+) -> Vec<String> {
+    let queues = keys.iter().map(|key| companions.queue(key));
+    let flags = keys.iter().map(|key| companions.flag(key));
+    std::iter::once(token.to_owned())
+        .chain(queues)
+        .chain(flags)
+        .collect()
 }
 
 /// The plain attempt ([`AcquireRequest::is_plain`]): `SET key value NX PX
@@ -221,6 +313,7 @@ pub(in crate::backend) fn acquired(
 pub(in crate::backend) fn acknowledged_acquire_pipe(
     req: &AcquireRequest<'_>,
     fence_expiry: &str,
+    companions: Companions,
 ) -> redis::Pipeline {
     let mut keys: Vec<&str> = req.keys.iter().map(String::as_str).collect();
     keys.extend(req.fence_key);
@@ -229,10 +322,7 @@ pub(in crate::backend) fn acknowledged_acquire_pipe(
         .arg(ACQUIRE_LUA)
         .arg(keys.len())
         .arg(&keys)
-        .arg(req.value)
-        .arg(millis(req.ttl))
-        .arg(req.keys.len())
-        .arg(fence_expiry)
+        .arg(acquire_args(req, fence_expiry, companions))
         .cmd("WAIT")
         .arg(req.replicas)
         // `WAIT` with 0 waits for ever: the locker never asks for less than

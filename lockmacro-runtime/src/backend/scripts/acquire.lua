@@ -1,7 +1,9 @@
 -- Takes KEYS[1..n] for ARGV[2] ms with value ARGV[1], all or none.
 -- KEYS[n+1], when present, is the fence counter: incremented and returned
 -- (next_fence, from fence.lua), then kept for ARGV[4] ms after this use.
--- ARGV[3] = n.
+-- ARGV[3] = n. ARGV[5] = '1' when the caller listens for the release of a
+-- busy key and will wait for it, then ARGV[5 + i] is the waiters flag of
+-- KEYS[i] (see waiters.lua), which a busy answer sets.
 -- Returns {1, fence or 0} when taken, {0, index, pttl} when KEYS[index] is held.
 -- Taking keys that already hold exactly ARGV[1] succeeds: that is a retry of
 -- an attempt whose reply was lost.
@@ -20,7 +22,13 @@ if counter then
 end
 
 local function busy(i)
-  return {0, i, redis.call('PTTL', KEYS[i])}
+  local pttl = redis.call('PTTL', KEYS[i])
+  if ARGV[5] == '1' then
+    -- A key without expiry (another client's) is never released by this
+    -- library's script: the flag only needs to last until the next attempt.
+    mark_waiting(ARGV[5 + i], math.max(pttl, 0) + WAIT_MARGIN)
+  end
+  return {0, i, pttl}
 end
 
 if n == 1 then

@@ -4,7 +4,9 @@
 -- ARGV[5] ms after this use. ARGV[3] = how long this waiter stays queued,
 -- in ms (0: do not queue). ARGV[4] names the key's queue of waiters, in
 -- KEYS[1]'s cluster slot (undeclared, as in release.lua). ARGV[6] = this
--- waiter's grant lease in ms (see grant.lua).
+-- waiter's grant lease in ms (see grant.lua). ARGV[7] = the key's waiters
+-- flag (see waiters.lua), which a waiter that joins or stays in the queue
+-- sets for as long as its entry lives.
 -- The queue is a list, oldest first, of cjson entries {v = value, t = ttl ms,
 -- e = expiry (server time, ms), f = fence key or '', g = grant lease ms,
 -- x = fence counter expiry ms}; release.lua hands the key to its first live
@@ -103,15 +105,18 @@ if not current then
 end
 
 local wait = tonumber(ARGV[3])
-if wait > 0 and not mine then
+if wait > 0 then
   local ttl = tonumber(ARGV[2])
-  local entry = {v = value, t = ttl, e = now + wait, f = counter or '',
-    g = tonumber(ARGV[6]), x = tonumber(ARGV[5])}
-  redis.call('RPUSH', queue, cjson.encode(entry))
-  -- The queue outlives its last entry's lease, then goes by itself.
-  if redis.call('PTTL', queue) < wait + ttl then
-    redis.call('PEXPIRE', queue, wait + ttl)
+  if not mine then
+    local entry = {v = value, t = ttl, e = now + wait, f = counter or '',
+      g = tonumber(ARGV[6]), x = tonumber(ARGV[5])}
+    redis.call('RPUSH', queue, cjson.encode(entry))
+    -- The queue outlives its last entry's lease, then goes by itself.
+    if redis.call('PTTL', queue) < wait + ttl then
+      redis.call('PEXPIRE', queue, wait + ttl)
+    end
   end
+  mark_waiting(ARGV[7], wait + ttl)
 end
 if granted then
   return {0, 1, granted}
