@@ -219,6 +219,28 @@ impl Lease {
         }
     }
 
+    /// Confirms a key handed over for a grant lease (see
+    /// [`FairQueue::confirm`](crate::backend::FairQueue::confirm)), which
+    /// the owner may already be using: extends it to the ttl and moves the
+    /// deadline as a refresh would. Refused, the lease is lost, unless the
+    /// owner released it first; failed, the deadline stays at the grant
+    /// lease's end, which a watchdog's refresh may still move.
+    pub(crate) async fn confirm_grant(self: Arc<Self>) {
+        let Some(queue) = self.backend.fair_queue() else {
+            return;
+        };
+        let ttl = self.timing().ttl;
+        let sent = Instant::now();
+        match queue.confirm(&self.wire_keys()[0], self.token(), ttl).await {
+            Ok(true) => self.refreshed(ttl, sent),
+            Ok(false) if !self.done.load(Ordering::Acquire) => self.mark_lost(),
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(target: "lockmacro", key = %self.key(), error = %err, "could not confirm a lock handed over; it ends with its grant lease unless refreshed");
+            }
+        }
+    }
+
     pub(crate) async fn release(&self) -> Result<(), LockError> {
         self.done.store(true, Ordering::Release);
         let released = self.backend.release(self.wire_keys(), self.token()).await?;

@@ -399,10 +399,20 @@ impl Locker {
             backend: self.backend().name(),
             namespace: self.namespace(),
         };
-        let lock = |claim: &mut Claim, fence: Option<u64>, acquired_at: Instant, sent: Instant| {
+        // `granted_until`: the end of a grant lease not confirmed yet, which
+        // the deadline does not pass until it is.
+        let lock = |claim: &mut Claim,
+                    fence: Option<u64>,
+                    acquired_at: Instant,
+                    sent: Instant,
+                    granted_until: Option<Instant>| {
             claim.armed = false;
             metrics::obtained(labels, start.elapsed());
             let hold_until = opts.max_hold.map(|hold| acquired_at + hold);
+            let mut timing = Timing::new(ttl, sent, drift, hold_until);
+            if let Some(until) = granted_until {
+                timing.deadline = timing.deadline.min(until);
+            }
             Lock {
                 watchdog: self.shared.watchdog.clone(),
                 lease: Arc::new(Lease {
@@ -414,7 +424,7 @@ impl Locker {
                     fence,
                     acquired_at,
                     hold_until,
-                    timing: Mutex::new(Timing::new(ttl, sent, drift, hold_until)),
+                    timing: Mutex::new(timing),
                     lost: AtomicBool::new(false),
                     lost_notify: Notify::new(),
                     done: AtomicBool::new(false),
@@ -437,8 +447,12 @@ impl Locker {
             let listener = queue.listen_granted(&wire_keys[0], &token).await;
             listening = Some((0, listener));
         }
+        // Every attempt sent, the first included (`attempts` leaves it out
+        // once it was only to catch a release before listening).
+        let mut sent_attempts = 0u32;
         loop {
             attempts += 1;
+            sent_attempts += 1;
             let sent = Instant::now();
             let queue_for = opts.fair.then(|| match deadline {
                 Some(deadline) if !opts.retry.is_none() => deadline.saturating_duration_since(sent),
@@ -455,6 +469,7 @@ impl Locker {
                 // Once listening, a busy answer must say how long the holder
                 // has left: it bounds the wait, which no message may end.
                 wait: listening.is_some(),
+                attempt: sent_attempts,
             };
             // From here until its reply is read, the attempt may hold the
             // keys: a dropped or timed-out call must give them back.
@@ -477,7 +492,7 @@ impl Locker {
                     if Instant::now() < sent + ttl.saturating_sub(drift) =>
                 {
                     tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
-                    return Ok(lock(&mut claim, fence, sent, sent));
+                    return Ok(lock(&mut claim, fence, sent, sent, None));
                 }
                 Acquired::Obtained { .. } => {
                     // The reply came after the lease it granted could be
@@ -527,6 +542,24 @@ impl Locker {
                     tracing::trace!(target: "lockmacro", ?delay, attempts, "busy, retrying");
                     let hearing = listener.hears();
                     listener.wait(delay).await;
+                    if let Some(handed) = listener.handed()
+                        && handed.attempt == sent_attempts
+                    {
+                        // Handed over after this attempt found the waiter in
+                        // line, so the key is ours until at least `sent`
+                        // plus the grant lease: go on at once when that
+                        // leaves time, and confirm meanwhile.
+                        let arrived = Instant::now();
+                        let lease = handed.lease.min(ttl);
+                        let until = sent + lease.saturating_sub(self.backend().drift(lease));
+                        if until > arrived + lease / 2 {
+                            let fence = fence_key.is_some().then_some(handed.fence);
+                            tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirming");
+                            let lock = lock(&mut claim, fence, arrived, sent, Some(until));
+                            tokio::spawn(lock.lease.clone().confirm_grant());
+                            return Ok(lock);
+                        }
+                    }
                     let Some(fence) = listener.granted() else {
                         if hearing && !listener.hears() && relistened < MAX_RELISTENS {
                             // Its connection closed mid-wait: try again at
@@ -544,14 +577,14 @@ impl Locker {
                     let fence = fence_key.is_some().then_some(fence);
                     if sent + ttl.saturating_sub(drift) > arrived + ttl / 2 {
                         tracing::debug!(target: "lockmacro", fence, attempts, "handed over");
-                        return Ok(lock(&mut claim, fence, arrived, sent));
+                        return Ok(lock(&mut claim, fence, arrived, sent, None));
                     }
                     // Waited long: confirm, and count the lease from now.
                     let confirm = Instant::now();
                     if self.backend().refresh(&wire_keys, &token, ttl).await? {
                         if Instant::now() < confirm + ttl.saturating_sub(drift) {
                             tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirmed");
-                            return Ok(lock(&mut claim, fence, arrived, confirm));
+                            return Ok(lock(&mut claim, fence, arrived, confirm, None));
                         }
                         // Confirmed too late to be trusted: give it back.
                         claim.give_back().await;

@@ -226,10 +226,22 @@ async fn cluster_arrival_order_is_respected() {
     arrival_order_is_respected(Queue::Redis(master), lockers).await;
 }
 
+/// Waits until the server has run `n` script calls since the last `CONFIG
+/// RESETSTAT`: a waiter handed the key confirms it in the background, after
+/// its obtain returned.
+async fn until_script_calls(server: &RedisServer, n: u64) {
+    for _ in 0..500 {
+        if script_calls(server) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The release hands the key over for the waiter's grant lease: the key
-/// holds the waiter's value, for a second at most, until the waiter, which
-/// sent nothing while queued, confirms it with one attempt that extends it
-/// to its ttl.
+/// holds the waiter's value, for a second at most, and the waiter, which
+/// sent nothing while queued, goes on at once and confirms it with one call
+/// that extends it to its ttl, moving the lock's local deadline with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
     let server = RedisServer::start();
@@ -250,6 +262,7 @@ async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
         .expect("waiter task")
         .expect("the waiter obtains");
     assert_eq!(value, format!("{}next", lock.token()));
+    until_script_calls(&server, 2).await;
     assert_eq!(
         script_calls(&server),
         2,
@@ -257,6 +270,12 @@ async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
     );
     let left: i64 = server.cmd(&["PTTL", "job"]);
     assert!(left > 1_000, "the grant lease was not extended: {left} ms");
+    let deadline = lock.deadline();
+    assert!(
+        deadline > tokio::time::Instant::now() + TTL / 2,
+        "the lock's deadline is still the grant lease's: {:?} from now",
+        deadline - tokio::time::Instant::now()
+    );
     assert_eq!(queued(&server, "job"), 0);
     server.expect_ok(lock.release().await, "release");
 }
@@ -295,6 +314,7 @@ async fn redis_waiters_send_nothing_between_hand_offs() {
         }
     })
     .await;
+    until_script_calls(&server, 7).await;
     assert_eq!(script_calls(&server), 7, "releases and confirmations only");
 }
 

@@ -126,7 +126,7 @@ async fn user_without_a_command_the_scripts_call_is_told_so() {
     );
     assert!(
         message.contains(
-            "+get +set +pexpire +pttl +del +incr +time +lrange +lpop +lrem +rpush +publish"
+            "+get +set +pexpire +pttl +del +incr +time +lrange +lpop +lset +lrem +rpush +publish"
         ),
         "{message}"
     );

@@ -7,11 +7,12 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, Companions, REFRESH, REFRESH_BATCH,
-    REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
-    Wakeups, acknowledged_acquire_pipe, acknowledged_outcome, acquire_args, acquire_fair_args,
-    acquired, backend_error, check_replica_timeout, millis, not_a_fence, open_client,
-    plain_outcome, plain_set, prepare_tls, pttl, redact, refresh_many_cmd, refreshed, release_args,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, CONFIRM, CONFIRM_LUA, Companions,
+    REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA,
+    REMAINING, REMAINING_LUA, Wakeups, acknowledged_acquire_pipe, acknowledged_outcome,
+    acquire_args, acquire_fair_args, acquired, backend_error, check_replica_timeout, millis,
+    not_a_fence, open_client, plain_outcome, plain_set, prepare_tls, pttl, redact,
+    refresh_many_cmd, refreshed, release_args,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
@@ -776,6 +777,22 @@ impl FairQueue for ClusterBackend {
 
     fn listening(&self, key: &str) -> bool {
         self.wakeups.subscribed(key)
+    }
+
+    fn confirm<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let keys = [key.to_owned()];
+            let args = [token, &millis(ttl)];
+            let done: i64 = self
+                .invoke("confirm", &keys, (&CONFIRM, CONFIRM_LUA), &args)
+                .await?;
+            Ok(done == 1)
+        })
     }
 }
 

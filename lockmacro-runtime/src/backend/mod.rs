@@ -87,6 +87,11 @@ pub struct AcquireRequest<'a> {
     /// does. Without it, a backend may answer a busy key more cheaply, with
     /// `remaining: None`.
     pub wait: bool,
+    /// The number of this attempt within one obtain, from 1 (`0`: not
+    /// counted). A backend that hands keys over for a grant lease names the
+    /// last attempt that found the waiter in line, so that the waiter knows
+    /// from when the lease runs.
+    pub attempt: u32,
 }
 
 impl<'a> AcquireRequest<'a> {
@@ -119,12 +124,19 @@ impl<'a> AcquireRequest<'a> {
             replicas: 0,
             replica_timeout: Duration::ZERO,
             wait: false,
+            attempt: 0,
         }
     }
 
     /// The caller will wait if the key is busy: see [`AcquireRequest::wait`].
     pub fn waiting(mut self) -> Self {
         self.wait = true;
+        self
+    }
+
+    /// Numbers this attempt: see [`AcquireRequest::attempt`].
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
         self
     }
 
@@ -355,6 +367,23 @@ pub trait FairQueue: Send + Sync {
         let _ = key;
         false
     }
+
+    /// Confirms `key`, handed to the waiter holding `token` for a grant
+    /// lease and already returned to its caller: extends it to `ttl` if it
+    /// still holds `token` (`Ok(true)`), and tells the other waiters that the
+    /// hand-off was taken up. Never takes the key when it is free: it may
+    /// arrive after the caller's release. A backend whose hand-offs are for
+    /// good (reported by [`ReleaseListener::granted`]) has nothing to
+    /// confirm; the default answers `Ok(true)`.
+    fn confirm<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        let _ = (key, token, ttl);
+        Box::pin(async { Ok(true) })
+    }
 }
 
 /// Interest in the releases of one key; see [`Backend::listen`].
@@ -449,6 +478,15 @@ impl ReleaseListener {
         self.grant.as_ref().and_then(|grant| *grant.borrow())
     }
 
+    /// For a fair waiter whose last [`wait`](Self::wait) returned because
+    /// the key was handed to it for a grant lease: the lease, the fence and
+    /// the attempt the hand-off followed, when its message named them.
+    pub(crate) fn handed(&self) -> Option<Handed> {
+        let hand_offs = self.hand_offs.as_ref()?;
+        let acted = hand_offs.acted.as_ref()?;
+        (acted.token == hand_offs.token).then_some(acted.named?)
+    }
+
     /// Returns when a release was heard since this listener was made or last
     /// returned from `wait` (for a fair waiter: when the key was handed to
     /// it, or when the grant lease of a hand-off to another waiter ended
@@ -527,6 +565,17 @@ impl ReleaseListener {
 pub(crate) struct HandOff {
     pub(crate) token: String,
     pub(crate) until: tokio::time::Instant,
+    /// The grant lease, the fencing token minted (`0`: none) and the attempt
+    /// after which the key was handed over, when the message named them.
+    pub(crate) named: Option<Handed>,
+}
+
+/// What a grant message says beyond whom the key goes to (see `grant.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Handed {
+    pub(crate) lease: Duration,
+    pub(crate) fence: u64,
+    pub(crate) attempt: u32,
 }
 
 struct HandOffs {

@@ -552,6 +552,7 @@ impl Backend for RedlockBackend {
                             // A first attempt is a plain one on each
                             // master, as cheap as on one server.
                             wait,
+                            attempt: 0,
                         };
                         Ok(match backend.acquire(req).await? {
                             Acquired::Obtained { fence } => Answer::Yes(fence),

@@ -824,6 +824,21 @@ impl FairQueue for SentinelBackend {
     fn listening(&self, key: &str) -> bool {
         self.inner.current().backend.listening(key)
     }
+
+    fn confirm<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let what = format!("confirm `{key}`");
+            self.follow(&what, move |backend| {
+                Box::pin(async move { backend.confirm(key, token, ttl).await })
+            })
+            .await
+        })
+    }
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@ const SCRIPT_DENIED: [&str; 2] = ["can't run this command", "ACL failure in scri
 /// What to grant, after the server's refusal `denied`.
 fn permission_fix(denied: &str) -> String {
     let all = "the library needs `+evalsha +script|load` (and `+eval` on a cluster), the \
-               commands its scripts call (`+get +set +pexpire +pttl +del +incr +time +lrange +lpop +lrem +rpush +publish`), \
+               commands its scripts call (`+get +set +pexpire +pttl +del +incr +time +lrange +lpop +lset +lrem +rpush +publish`), \
                `+subscribe +unsubscribe`, the lock keys and their fence keys \
                (`~<namespace>:* ~{<namespace>:*`) and the channels \
                `&lockmacro:released:<namespace>:*`; see \"Permissions a Redis user needs\" \

@@ -16,11 +16,11 @@ pub(super) use self::connect::{enable_tls, manager_for, open_client, prepare_tls
 pub(crate) use self::errors::{backend_error, redact};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::protocol::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, Companions, REFRESH, REFRESH_BATCH,
-    REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA,
-    acknowledged_acquire_pipe, acknowledged_outcome, acquire_args, acquire_fair_args, acquired,
-    check_replica_timeout, millis, not_a_fence, plain_outcome, plain_set, pttl, refresh_many_cmd,
-    refreshed, release_args,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, CONFIRM, CONFIRM_LUA, Companions,
+    REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA,
+    REMAINING, REMAINING_LUA, acknowledged_acquire_pipe, acknowledged_outcome, acquire_args,
+    acquire_fair_args, acquired, check_replica_timeout, millis, not_a_fence, plain_outcome,
+    plain_set, pttl, refresh_many_cmd, refreshed, release_args,
 };
 pub(super) use self::wakeups::Wakeups;
 
@@ -477,5 +477,20 @@ impl FairQueue for RedisBackend {
 
     fn listening(&self, key: &str) -> bool {
         self.wakeups.subscribed(key)
+    }
+
+    fn confirm<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let keys = [key.to_owned()];
+            let done: i64 = self
+                .invoke("confirm", &keys, &CONFIRM, &[token, &millis(ttl)])
+                .await?;
+            Ok(done == 1)
+        })
     }
 }

@@ -37,6 +37,8 @@ pub(in crate::backend) const RELEASE_LUA: &str = concat!(
     include_str!("../scripts/release.lua")
 );
 
+pub(in crate::backend) const CONFIRM_LUA: &str = include_str!("../scripts/confirm.lua");
+
 pub(in crate::backend) const REMAINING_LUA: &str = include_str!("../scripts/remaining.lua");
 
 pub(in crate::backend) const REFRESH_MANY_LUA: &str = include_str!("../scripts/refresh_many.lua");
@@ -52,6 +54,9 @@ pub(in crate::backend) static REFRESH: LazyLock<Script> =
 
 pub(in crate::backend) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(RELEASE_LUA));
+
+pub(in crate::backend) static CONFIRM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(CONFIRM_LUA));
 
 pub(in crate::backend) static REMAINING: LazyLock<Script> =
     LazyLock::new(|| Script::new(REMAINING_LUA));
@@ -195,6 +200,7 @@ pub(in crate::backend) fn acquire_fair_args(
         fence_expiry.to_owned(),
         grant_lease.to_owned(),
         companions.flag(&req.keys[0]),
+        req.attempt.to_string(),
     ]
 }
 

@@ -11,7 +11,7 @@ use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::watch;
 
 use super::config::RedisConfig;
-use crate::backend::{HandOff, ReleaseListener};
+use crate::backend::{HandOff, Handed, ReleaseListener};
 
 /// How often [`Wakeups::watch`] checks a pub/sub connection, and how long it
 /// waits for the answer.
@@ -493,17 +493,33 @@ fn hand_off(entry: &Channel, message: &str) {
         return;
     }
     if let Some(grant) = message.strip_prefix("grant:")
-        && let Some((token, lease)) = grant.split_once(':')
-        && let Ok(lease) = lease.parse::<u64>()
+        && let Some((token, rest)) = grant.split_once(':')
     {
-        // Heard after the server set the lease: it ends before this, give
-        // or take the two clocks' rates, which the margin covers.
-        let lease = Duration::from_millis(lease);
-        let until = tokio::time::Instant::now() + lease + lease / 100 + Duration::from_millis(2);
-        entry.hand_off.send_replace(Some(HandOff {
-            token: token.to_owned(),
-            until,
-        }));
+        // "<lease>" from a version that did not name the fence and attempt.
+        let mut fields = rest.split(':').map(str::parse::<u64>);
+        let (lease, fence, attempt) = (fields.next(), fields.next(), fields.next());
+        if let Some(Ok(lease)) = lease {
+            let lease = Duration::from_millis(lease);
+            let named = match (fence, attempt) {
+                (Some(Ok(fence)), Some(Ok(attempt))) => {
+                    u32::try_from(attempt).ok().map(|attempt| Handed {
+                        lease,
+                        fence,
+                        attempt,
+                    })
+                }
+                _ => None,
+            };
+            // Heard after the server set the lease: it ends before this,
+            // give or take the two clocks' rates, which the margin covers.
+            let until =
+                tokio::time::Instant::now() + lease + lease / 100 + Duration::from_millis(2);
+            entry.hand_off.send_replace(Some(HandOff {
+                token: token.to_owned(),
+                until,
+                named,
+            }));
+        }
     }
     entry.releases.send_modify(|releases| *releases += 1);
 }

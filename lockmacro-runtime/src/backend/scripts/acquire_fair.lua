@@ -6,10 +6,14 @@
 -- KEYS[1]'s cluster slot (undeclared, as in release.lua). ARGV[6] = this
 -- waiter's grant lease in ms (see grant.lua). ARGV[7] = the key's waiters
 -- flag (see waiters.lua), which a waiter that joins or stays in the queue
--- sets for as long as its entry lives.
+-- sets for as long as its entry lives. ARGV[8] = the number of this attempt
+-- within the waiter's obtain (0: not counted), written into its entry, so
+-- that a grant names the last attempt that found the waiter in line and the
+-- waiter knows the grant came after that attempt was sent.
 -- The queue is a list, oldest first, of cjson entries {v = value, t = ttl ms,
 -- e = expiry (server time, ms), f = fence key or '', g = grant lease ms,
--- x = fence counter expiry ms}; release.lua hands the key to its first live
+-- x = fence counter expiry ms, n = attempt number or absent}; release.lua
+-- hands the key to its first live
 -- entry (grant, from grant.lua). Entries past their expiry are dropped.
 -- Returns {1, fence or 0} when taken, {0, 1, ms} when not, ms being how long
 -- to wait at most before trying again (the holder's lease, or the grant
@@ -58,9 +62,10 @@ for i, raw in ipairs(entries) do
   redis.call('LREM', queue, 1, raw)
 end
 local needle = '"v":"' .. token
+local mine_at
 for i = first, #entries do
   if string.find(entries[i], needle, 1, true) then
-    mine = entries[i]
+    mine, mine_at = entries[i], i
     break
   end
 end
@@ -77,6 +82,8 @@ local function take()
 end
 
 local granted
+-- Live entries removed from the front below, all ahead of this waiter's.
+local passed = 0
 if not current then
   -- Free: it goes to the first live waiter in line. Another one is handed
   -- the key as a release would have (its grant lease ran out, or it was
@@ -87,6 +94,7 @@ if not current then
       return take()
     end
     redis.call('LREM', queue, 1, entries[i])
+    passed = passed + 1
     granted = grant(key, head)
     head = nil
     while not granted and i < #entries do
@@ -97,6 +105,7 @@ if not current then
         break
       end
       redis.call('LREM', queue, 1, entries[i])
+      passed = passed + 1
     end
   end
   if not granted then
@@ -107,9 +116,20 @@ end
 local wait = tonumber(ARGV[3])
 if wait > 0 then
   local ttl = tonumber(ARGV[2])
-  if not mine then
+  local attempt = tonumber(ARGV[8] or 0)
+  if mine and attempt > 0 then
+    -- Still in line: this attempt is now the last one a grant can follow.
+    -- Entries ahead of it were removed above: the expired ones at the front
+    -- (before `first`) and those passed over.
+    local entry = cjson.decode(mine)
+    entry.n = attempt
+    redis.call('LSET', queue, mine_at - first - passed, cjson.encode(entry))
+  elseif not mine then
     local entry = {v = value, t = ttl, e = now + wait, f = counter or '',
       g = tonumber(ARGV[6]), x = tonumber(ARGV[5])}
+    if attempt > 0 then
+      entry.n = attempt
+    end
     redis.call('RPUSH', queue, cjson.encode(entry))
     -- The queue outlives its last entry's lease, then goes by itself.
     if redis.call('PTTL', queue) < wait + ttl then

@@ -5,9 +5,15 @@
 -- grant(key, entry) gives `key` to the decoded queue entry `entry` (see
 -- acquire_fair.lua) for its grant lease only (entry.g ms, at most its ttl),
 -- mints its fencing token (next_fence), and publishes "grant:<token>:<lease
--- ms>" on "lockmacro:released:<key>". The waiter, woken by that message,
--- confirms by trying again: acquire_fair.lua finds the key holding its value,
--- extends it to the waiter's ttl and publishes "confirm:<token>". A waiter
+-- ms>:<fence>:<attempt>" on "lockmacro:released:<key>" (the fence is 0 when
+-- none was minted; the attempt is the entry's n, see acquire_fair.lua). The
+-- key is the waiter's from before that message: it holds it until at least
+-- its attempt's send time plus the lease, so it goes on at once when that
+-- leaves it time, and confirms meanwhile (confirm.lua: extends the key to
+-- its ttl and publishes "confirm:<token>"). One woken too late to trust that
+-- bound confirms first, by trying again: acquire_fair.lua finds the key
+-- holding its value, extends it and publishes the same. An entry without n
+-- is told "grant:<token>:<lease ms>" and confirms first. A waiter
 -- that died in the queue never confirms, so it holds the key for its grant
 -- lease at most, and never for its ttl.
 -- The other waiters of the key hear both messages on the channel they
@@ -39,7 +45,12 @@ local function grant(key, entry)
   end
   local token = string.sub(entry.v, 1, 32)
   local channel = 'lockmacro:released:' .. key
-  if entry.g then
+  if entry.g and entry.n then
+    -- %d: a fence seeded from the clock in microseconds has 16 digits,
+    -- which `..` would print in exponent notation.
+    redis.pcall('PUBLISH', channel, string.format('grant:%s:%d:%d:%d', token, lease, fence,
+      entry.n))
+  elseif entry.g then
     redis.pcall('PUBLISH', channel, 'grant:' .. token .. ':' .. lease)
   else
     redis.pcall('PUBLISH', channel, token .. ':' .. fence)
