@@ -1,11 +1,13 @@
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use redis::Script;
 use tokio::sync::OnceCell;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::redis::{RedisBackend, redact};
 use super::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest};
@@ -185,6 +187,74 @@ enum Answer<Y, N> {
 
 type Reply<Y, N> = (usize, Result<Answer<Y, N>, LockError>);
 
+/// One call's requests to several masters, in flight at once and polled by
+/// the caller's own task (no task per master), under one deadline: a master
+/// that has not answered by then counts as timed out, and its request is
+/// cancelled. Each request owns what it uses, so that the ones still on
+/// their way once the outcome is known can be left to finish
+/// ([`detach`](Self::detach)) or cancelled (dropped).
+struct Fanout<Y, N> {
+    inflight: FuturesUnordered<BoxFuture<'static, Reply<Y, N>>>,
+    /// The masters that have not answered yet.
+    pending: Vec<usize>,
+    deadline: Pin<Box<Sleep>>,
+    expired: bool,
+    timeout: Duration,
+    what: &'static str,
+    inner: Arc<Inner>,
+}
+
+impl<Y: Send + 'static, N: Send + 'static> Fanout<Y, N> {
+    /// How many masters have not answered yet.
+    fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The next answer, or a timeout for a master that did not answer by
+    /// the deadline; `None` once every master is accounted for.
+    async fn next(&mut self) -> Option<Reply<Y, N>> {
+        if !self.expired {
+            tokio::select! {
+                biased;
+                reply = self.inflight.next() => {
+                    if let Some((index, _)) = &reply {
+                        self.pending.retain(|pending| pending != index);
+                    }
+                    return reply;
+                }
+                () = &mut self.deadline => {
+                    self.expired = true;
+                    self.inflight = FuturesUnordered::new();
+                }
+            }
+        }
+        let index = self.pending.pop()?;
+        let master = &self.inner.masters[index];
+        let err = BackendError::new(
+            BackendErrorKind::Timeout,
+            format!("{}: {}", master.name, self.what),
+            format!("no answer within {:?}", self.timeout),
+        );
+        Some((index, Err(err.into())))
+    }
+
+    /// Lets the requests still on their way finish, until the deadline, on
+    /// one task for all of them.
+    fn detach(self) {
+        if self.pending.is_empty() || self.expired {
+            return;
+        }
+        let (inflight, deadline) = (self.inflight, self.deadline);
+        tokio::spawn(async move {
+            let finish = inflight.for_each(|_| std::future::ready(()));
+            tokio::select! {
+                () = finish => {}
+                () = deadline => {}
+            }
+        });
+    }
+}
+
 /// The answers gathered so far, with the index of the master that gave each.
 struct Tally<Y, N> {
     yes: Vec<(usize, Y)>,
@@ -265,11 +335,11 @@ impl RedlockBackend {
             }),
         };
         // Each attempt is bounded by the connect and response timeouts.
-        let mut set = backend.spawn(Duration::MAX, "connect", |_| async {
+        let mut set = backend.fan_out(Duration::MAX, "connect", |_| async {
             Ok(Answer::<(), ()>::Yes(()))
         });
         let mut tally = Tally::default();
-        while let Some(reply) = set.join_next().await {
+        while let Some(reply) = set.next().await {
             tally.add(reply);
         }
         if tally.yes.len() < backend.inner.quorum {
@@ -291,33 +361,26 @@ impl RedlockBackend {
             .min(self.inner.config.response_timeout)
     }
 
-    /// Runs `op` on every master at once, each bounded by `timeout`.
-    fn spawn<Y, N, F, Fut>(
-        &self,
-        timeout: Duration,
-        what: &'static str,
-        op: F,
-    ) -> JoinSet<Reply<Y, N>>
+    /// Sends `op` to every master at once, all bounded by `timeout`.
+    fn fan_out<Y, N, F, Fut>(&self, timeout: Duration, what: &'static str, op: F) -> Fanout<Y, N>
     where
         Y: Send + 'static,
         N: Send + 'static,
         F: Fn(RedisBackend) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Answer<Y, N>, LockError>> + Send + 'static,
     {
-        self.spawn_on(0..self.inner.masters.len(), timeout, what, op)
+        self.fan_out_to(0..self.inner.masters.len(), timeout, what, op)
     }
 
-    /// Runs `op` on the masters at `indices` at once, each bounded by `timeout`.
-    ///
-    /// Tasks own what they use, so that the call can return before every
-    /// master answered and leave the stragglers running or cancel them.
-    fn spawn_on<Y, N, F, Fut>(
+    /// Sends `op` to the masters at `indices` at once, all bounded by
+    /// `timeout`.
+    fn fan_out_to<Y, N, F, Fut>(
         &self,
         indices: impl IntoIterator<Item = usize>,
         timeout: Duration,
         what: &'static str,
         op: F,
-    ) -> JoinSet<Reply<Y, N>>
+    ) -> Fanout<Y, N>
     where
         Y: Send + 'static,
         N: Send + 'static,
@@ -325,29 +388,32 @@ impl RedlockBackend {
         Fut: Future<Output = Result<Answer<Y, N>, LockError>> + Send + 'static,
     {
         let op = Arc::new(op);
-        let mut set = JoinSet::new();
+        let inflight = FuturesUnordered::new();
+        let mut pending = Vec::new();
         for index in indices {
             let inner = self.inner.clone();
             let op = op.clone();
-            set.spawn(async move {
-                let call = async {
-                    let backend = inner.connection(index).await?;
-                    op(backend).await
-                };
-                let master = &inner.masters[index];
-                let answer = match tokio::time::timeout(timeout, call).await {
-                    Ok(answer) => answer,
-                    Err(_) => Err(BackendError::new(
-                        BackendErrorKind::Timeout,
-                        format!("{}: {what}", master.name),
-                        format!("no answer within {timeout:?}"),
-                    )
-                    .into()),
+            pending.push(index);
+            inflight.push(Box::pin(async move {
+                let answer = match inner.connection(index).await {
+                    Ok(backend) => op(backend).await,
+                    Err(err) => Err(err),
                 };
                 (index, answer)
-            });
+            })
+                as Pin<Box<dyn Future<Output = Reply<Y, N>> + Send>>);
         }
-        set
+        // No timer can be set that far: a year stands for "never".
+        let deadline = Instant::now() + timeout.min(Duration::from_secs(365 * 24 * 3600));
+        Fanout {
+            inflight,
+            pending,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            expired: false,
+            timeout,
+            what,
+            inner: self.inner.clone(),
+        }
     }
 
     /// Gathers answers until the outcome is known: a majority said yes, or
@@ -355,7 +421,7 @@ impl RedlockBackend {
     /// left to answer (a failure). Answers still on their way stay in `set`.
     async fn tally<Y: Send + 'static, N: Send + 'static>(
         &self,
-        set: &mut JoinSet<Reply<Y, N>>,
+        set: &mut Fanout<Y, N>,
     ) -> Tally<Y, N> {
         let quorum = self.inner.quorum;
         let mut tally = Tally::default();
@@ -366,7 +432,7 @@ impl RedlockBackend {
             if decided {
                 return tally;
             }
-            match set.join_next().await {
+            match set.next().await {
                 Some(reply) => tally.add(reply),
                 None => return tally,
             }
@@ -408,8 +474,8 @@ impl RedlockBackend {
     /// timeout): the next attempt reuses the token, and must not be
     /// overtaken by this cleanup on any master.
     async fn undo(&self, keys: &Arc<[String]>, token: &str, timeout: Duration) {
-        let mut set = self.spawn(timeout, "release", release_op(keys.clone(), token.into()));
-        while set.join_next().await.is_some() {}
+        let mut set = self.fan_out(timeout, "release", release_op(keys.clone(), token.into()));
+        while set.next().await.is_some() {}
     }
 
     /// Writes `fence` back to the fence counter of each master in `granted`,
@@ -426,7 +492,7 @@ impl RedlockBackend {
         keys.push(fence_key.to_owned());
         let keys: Arc<[String]> = keys.into();
         let args: Arc<[String]> = [value.to_owned(), fence.to_string()].into();
-        let mut set = self.spawn_on(granted, timeout, "fence", move |backend| {
+        let mut set = self.fan_out_to(granted, timeout, "fence", move |backend| {
             let (keys, args) = (keys.clone(), args.clone());
             async move {
                 let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -441,7 +507,7 @@ impl RedlockBackend {
         });
         let tally = self.tally(&mut set).await;
         // A write-back that lands late still helps the next holder.
-        set.detach_all();
+        set.detach();
         self.verdict("fence", &tally)
     }
 }
@@ -461,16 +527,11 @@ impl<Y, N> Tally<Y, N> {
         self.yes.len() + self.no.len()
     }
 
-    fn add(&mut self, reply: Result<Reply<Y, N>, tokio::task::JoinError>) {
+    fn add(&mut self, reply: Reply<Y, N>) {
         match reply {
-            Ok((index, Ok(Answer::Yes(yes)))) => self.yes.push((index, yes)),
-            Ok((index, Ok(Answer::No(no)))) => self.no.push((index, no)),
-            Ok((_, Err(err))) => self.failed.push(err),
-            // Tasks do not panic and are only cancelled by dropping the set,
-            // after which nothing is gathered; kept as a failure all the same.
-            Err(err) => self.failed.push(
-                BackendError::new(BackendErrorKind::Other, "redlock", err.to_string()).into(),
-            ),
+            (index, Ok(Answer::Yes(yes))) => self.yes.push((index, yes)),
+            (index, Ok(Answer::No(no))) => self.no.push((index, no)),
+            (_, Err(err)) => self.failed.push(err),
         }
     }
 }
@@ -538,7 +599,7 @@ impl Backend for RedlockBackend {
             let (ttl, wait) = (req.ttl, req.wait);
             let mut set = {
                 let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
-                self.spawn(timeout, "obtain", move |backend| {
+                self.fan_out(timeout, "obtain", move |backend| {
                     let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
                     async move {
                         let req = AcquireRequest {
@@ -631,7 +692,7 @@ impl Backend for RedlockBackend {
         Box::pin(async move {
             let keys: Arc<[String]> = keys.into();
             let token: Arc<str> = token.into();
-            let mut set = self.spawn(self.node_timeout(ttl), "refresh", move |backend| {
+            let mut set = self.fan_out(self.node_timeout(ttl), "refresh", move |backend| {
                 let (keys, token) = (keys.clone(), token.clone());
                 async move {
                     Ok(if backend.refresh(&keys, &token, ttl).await? {
@@ -643,7 +704,7 @@ impl Backend for RedlockBackend {
             });
             let tally = self.tally(&mut set).await;
             // Stragglers extend the lease on more masters; let them.
-            set.detach_all();
+            set.detach();
             self.verdict("refresh", &tally)
         })
     }
@@ -659,12 +720,12 @@ impl Backend for RedlockBackend {
             let Some(ttl) = requests.iter().map(|req| req.ttl).min() else {
                 return Vec::new();
             };
-            // Shared by the tasks of all masters, which may outlive the call.
+            // Shared by the requests to all masters, which may outlive the call.
             let owned: Arc<[(Vec<String>, String, Duration)]> = requests
                 .iter()
                 .map(|req| (req.keys.to_vec(), req.token.to_owned(), req.ttl))
                 .collect();
-            let mut set = self.spawn(self.node_timeout(ttl), "refresh", move |backend| {
+            let mut set = self.fan_out(self.node_timeout(ttl), "refresh", move |backend| {
                 let owned = owned.clone();
                 async move {
                     let requests: Vec<RefreshRequest<'_>> = owned
@@ -678,8 +739,8 @@ impl Backend for RedlockBackend {
             let quorum = self.inner.quorum;
             let mut votes: Vec<Votes> = requests.iter().map(|_| Votes::default()).collect();
             while !votes.iter().all(|lease| lease.decided(quorum, set.len())) {
-                match set.join_next().await {
-                    Some(Ok((_, Ok(Answer::Yes(refreshed))))) => {
+                match set.next().await {
+                    Some((_, Ok(Answer::Yes(refreshed)))) => {
                         for (lease, result) in votes.iter_mut().zip(refreshed) {
                             match result {
                                 Ok(true) => lease.yes += 1,
@@ -688,18 +749,8 @@ impl Backend for RedlockBackend {
                             }
                         }
                     }
-                    Some(Ok((_, Ok(Answer::No(never))))) => match never {},
-                    Some(Ok((_, Err(err)))) => {
-                        let reason = err.to_string();
-                        for lease in &mut votes {
-                            lease.fail(&err, reason.clone());
-                        }
-                    }
-                    // Tasks do not panic and are only cancelled with the set.
-                    Some(Err(err)) => {
-                        let err: LockError =
-                            BackendError::new(BackendErrorKind::Other, "redlock", err.to_string())
-                                .into();
+                    Some((_, Ok(Answer::No(never)))) => match never {},
+                    Some((_, Err(err))) => {
                         let reason = err.to_string();
                         for lease in &mut votes {
                             lease.fail(&err, reason.clone());
@@ -709,7 +760,7 @@ impl Backend for RedlockBackend {
                 }
             }
             // Stragglers extend the leases on more masters; let them.
-            set.detach_all();
+            set.detach();
             votes
                 .into_iter()
                 .map(|lease| {
@@ -742,11 +793,11 @@ impl Backend for RedlockBackend {
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
             let timeout = self.inner.config.response_timeout;
-            let mut set = self.spawn(timeout, "release", release_op(keys.into(), token.into()));
+            let mut set = self.fan_out(timeout, "release", release_op(keys.into(), token.into()));
             let tally = self.tally(&mut set).await;
             // The token is never used again, so the stragglers can finish
             // deleting it on their own, however slow their master.
-            set.detach_all();
+            set.detach();
             self.verdict("release", &tally)
         })
     }
@@ -760,7 +811,7 @@ impl Backend for RedlockBackend {
             let keys: Arc<[String]> = keys.into();
             let token: Arc<str> = token.into();
             let timeout = self.inner.config.response_timeout;
-            let mut set = self.spawn(timeout, "ttl", move |backend| {
+            let mut set = self.fan_out(timeout, "ttl", move |backend| {
                 let (keys, token) = (keys.clone(), token.clone());
                 async move {
                     Ok(match backend.remaining(&keys, &token).await? {
