@@ -374,11 +374,15 @@ impl Locker {
         if opts.replicas > 0 {
             self.check_replicas(&keys, ttl, &opts)?;
         }
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let token_bytes: [u8; TOKEN_LEN] = token
-            .as_bytes()
-            .try_into()
-            .expect("a simple uuid is 32 hex digits");
+        // A uuid v4 from the thread's generator (ChaCha, seeded by the OS),
+        // rather than `Uuid::new_v4`, which asks the OS for every one: a
+        // system call per obtain.
+        let mut token_bytes = [0u8; TOKEN_LEN];
+        uuid::Builder::from_random_bytes(rand::random())
+            .into_uuid()
+            .simple()
+            .encode_lower(&mut token_bytes);
+        let token = std::str::from_utf8(&token_bytes).expect("a simple uuid is ASCII hex");
         let value = format!("{token}{}", opts.metadata);
         let start = Instant::now();
         let deadline = opts.retry.get_deadline().map(|wait| start + wait);
@@ -389,7 +393,7 @@ impl Locker {
         let mut claim = Claim {
             locker: self,
             wire_keys: &wire_keys,
-            token: &token,
+            token,
             armed: false,
         };
         let drift = self.backend().drift(ttl);
@@ -444,7 +448,7 @@ impl Locker {
         {
             // Listening first costs nothing now; then the first attempt is
             // the only one: a hand-off can only follow it.
-            let listener = queue.listen_granted(&wire_keys[0], &token).await;
+            let listener = queue.listen_granted(&wire_keys[0], token).await;
             listening = Some((0, listener));
         }
         // Every attempt sent, the first included (`attempts` leaves it out
@@ -581,7 +585,7 @@ impl Locker {
                     }
                     // Waited long: confirm, and count the lease from now.
                     let confirm = Instant::now();
-                    if self.backend().refresh(&wire_keys, &token, ttl).await? {
+                    if self.backend().refresh(&wire_keys, token, ttl).await? {
                         if Instant::now() < confirm + ttl.saturating_sub(drift) {
                             tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirmed");
                             return Ok(lock(&mut claim, fence, arrived, confirm, None));
@@ -603,7 +607,7 @@ impl Locker {
                     }
                     let key = &wire_keys[index];
                     let listener = match queue {
-                        Some(queue) => queue.listen_granted(key, &token).await,
+                        Some(queue) => queue.listen_granted(key, token).await,
                         None => self.backend().listen(key).await,
                     };
                     listening = Some((index, listener));

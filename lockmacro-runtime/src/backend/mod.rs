@@ -834,6 +834,16 @@ mod tests {
     }
 
     #[test]
+    fn queue_is_named_as_the_waiters_flag_with_another_suffix() {
+        // The release script names the queue after the flag it is given.
+        for key in ["user:1", "billing:{user:1}", "a{}b", "}b", "a}b"] {
+            let flag = derived_waiters_key(key);
+            let queue = format!("{}queue", flag.strip_suffix("waiters").unwrap());
+            assert_eq!(queue, derived_queue_key(key), "{key}");
+        }
+    }
+
+    #[test]
     fn derived_names_are_recognised() {
         for key in ["user:1", "billing:{user:1}", "a{}b", "}b", "a}b"] {
             assert!(derived_from(&derived_fence_key(key)).is_some(), "{key}");

@@ -30,10 +30,15 @@ pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
 
 pub(in crate::backend) const REFRESH_LUA: &str = include_str!("../scripts/refresh.lua");
 
+// The release's work for waiters is a function of its own, so that a
+// release nobody waits for does not define what only they need (see
+// `release.lua`).
 pub(in crate::backend) const RELEASE_LUA: &str = concat!(
+    "local function announce(token, awaited)\n",
     include_str!("../scripts/fence.lua"),
-    include_str!("../scripts/waiters.lua"),
     include_str!("../scripts/grant.lua"),
+    include_str!("../scripts/release_announce.lua"),
+    "end\n",
     include_str!("../scripts/release.lua")
 );
 
@@ -205,18 +210,14 @@ pub(in crate::backend) fn acquire_fair_args(
 }
 
 /// The arguments of the release script: the token, then the lock keys'
-/// queues, then their waiters flags.
+/// waiters flags (the script names their queues after them).
 pub(in crate::backend) fn release_args(
     keys: &[String],
     token: &str,
     companions: Companions,
 ) -> Vec<String> {
-    let queues = keys.iter().map(|key| companions.queue(key));
     let flags = keys.iter().map(|key| companions.flag(key));
-    std::iter::once(token.to_owned())
-        .chain(queues)
-        .chain(flags)
-        .collect()
+    std::iter::once(token.to_owned()).chain(flags).collect()
 }
 
 /// The plain attempt ([`AcquireRequest::is_plain`]): `SET key value NX PX

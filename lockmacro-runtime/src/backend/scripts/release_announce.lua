@@ -1,0 +1,85 @@
+-- The body of announce(token, awaited), which release.lua calls, after it
+-- deleted the keys, for the keys someone may wait for (`awaited`: {i,
+-- owned} pairs, KEYS[i] and whether this release deleted it). fence.lua and
+-- grant.lua come before this, inside the same function: a release that
+-- nobody waits for does not even define them.
+local now
+-- Queue entries a leaving waiter reads at a time.
+local CHUNK = 16
+
+local function clock()
+  if not now then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  return now
+end
+
+-- An owner hands the key to the first live entry, popping it and the dead
+-- ones before it: the cost does not grow with the waiters behind it.
+local function hand_over(key, queue)
+  while true do
+    local raw = redis.pcall('LPOP', queue)
+    -- Missing (false) or not a list (an error, written by someone else): no
+    -- queue, rather than an error after the DEL above, which Redis would
+    -- not undo.
+    if type(raw) ~= 'string' then
+      return false
+    end
+    local entry = cjson.decode(raw)
+    -- An entry whose fence counter cannot be used is dropped, changing
+    -- nothing else; the next one is handed the key instead.
+    if entry.e > clock() and string.sub(entry.v, 1, #token) ~= token
+        and grant(key, entry) then
+      return true
+    end
+  end
+end
+
+-- A waiter that gives up removes its own entry, wherever it is, and the
+-- dead ones it passes.
+local function leave(queue)
+  local from = 0
+  while true do
+    local entries = redis.pcall('LRANGE', queue, from, from + CHUNK - 1)
+    if entries.err or #entries == 0 then
+      return
+    end
+    local removed = 0
+    for _, raw in ipairs(entries) do
+      local entry = cjson.decode(raw)
+      local mine = string.sub(entry.v, 1, #token) == token
+      if mine or entry.e <= clock() then
+        redis.call('LREM', queue, 1, raw)
+        removed = removed + 1
+        -- A waiter has one entry: found, the rest can wait.
+        if mine then
+          return
+        end
+      end
+    end
+    if #entries < CHUNK then
+      return
+    end
+    -- Entries removed from this chunk moved the next ones forward.
+    from = from + CHUNK - removed
+  end
+end
+
+for _, pair in ipairs(awaited) do
+  local i, owned = pair[1], pair[2]
+  local key, flag = KEYS[i], ARGV[1 + i]
+  -- The queue is named as the flag is, with another suffix (see
+  -- `derived_queue_key`); none when the key can have no flag.
+  local queue = ''
+  if flag ~= '' then
+    queue = string.sub(flag, 1, -#'waiters' - 1) .. 'queue'
+  end
+  if owned then
+    if queue == '' or not hand_over(key, queue) then
+      redis.pcall('PUBLISH', 'lockmacro:released:' .. key, '')
+    end
+  elseif queue ~= '' then
+    leave(queue)
+  end
+end
