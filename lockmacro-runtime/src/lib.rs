@@ -187,9 +187,12 @@
 //! key to the first waiter still queued in the same script that deletes it:
 //! it sets the key to that waiter's value for a short grant lease (a second
 //! by default, [`RedisConfig::grant_lease`]), mints its fencing token, and
-//! tells it so on the release channel. Nobody else can take the key then;
-//! the waiter confirms with one attempt, which extends the key to its ttl.
-//! A waiter sends nothing while it waits in line.
+//! tells it so on the release channel. Nobody else can take the key then.
+//! The waiter knows the key was handed over after its last attempt was sent,
+//! so it goes on at once, its lease counted from that attempt for the grant
+//! lease, and confirms in the background, which extends the key to its ttl
+//! and moves the lease's deadline. A waiter sends nothing while it waits in
+//! line.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {

@@ -70,8 +70,10 @@ const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
 /// while anyone waits), waiters try again at once and listen on the next seed
 /// that answers; give several seeds for that.
 ///
-/// Fair waiters queue at `{K}:queue`, in the lock's slot, and releases hand
-/// the key to the first one, as on a single server.
+/// Fair waiters queue at `{K}:queue` and waiters flag themselves at
+/// `{K}:waiters`, in the lock's slot, and releases hand the key to the first
+/// one, as on a single server. A key with a `}` but no hash tag has no name
+/// of that kind in its slot: its releases always publish.
 ///
 /// # Failover
 ///

@@ -59,12 +59,19 @@ use crate::backend::{
 /// `&lockmacro:released:*`, waiters fall back to their retry strategy's
 /// backoff, still bounded by the holder's remaining lease.
 ///
+/// An attempt that finds a key held, from a caller that listens, sets a flag
+/// at `{K}:waiters` (`K:waiters` when `K` has a hash tag) that lasts the
+/// holder's remaining lease plus a second; a release publishes only while
+/// the flag is there, so a release nobody waits for does no pub/sub or queue
+/// work.
+///
 /// Fair obtains ([`ObtainOptions::fair`](crate::ObtainOptions::fair)) queue in
 /// a list at `{K}:queue` (`K:queue` when `K` has a hash tag); the release
 /// script hands the key to the first live waiter for its grant lease
-/// ([`RedisConfig::grant_lease`]) and publishes `grant:<token>:<lease>` on
-/// the same channel; the waiter confirms with one attempt, which publishes
-/// `confirm:<token>`.
+/// ([`RedisConfig::grant_lease`]) and publishes
+/// `grant:<token>:<lease>:<fence>:<attempt>` on the same channel; the waiter
+/// goes on at once and confirms in the background, which extends the key to
+/// its ttl and publishes `confirm:<token>`.
 ///
 /// Fence counters expire [`RedisConfig::fence_expiry`] after their last use.
 ///
