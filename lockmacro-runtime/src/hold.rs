@@ -134,6 +134,13 @@ impl HoldOptions {
         self
     }
 
+    /// Takes one of `permits` permits instead of the whole key
+    /// (`permits = …`); see [`ObtainOptions::permits`].
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.obtain = self.obtain.permits(permits);
+        self
+    }
+
     /// Stops renewing after this long (`max_hold = …`); see
     /// [`ObtainOptions::max_hold`].
     pub fn max_hold(mut self, max_hold: Duration) -> Self {

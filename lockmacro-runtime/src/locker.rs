@@ -371,6 +371,9 @@ impl Locker {
         if opts.fair {
             self.check_fair(&keys, &opts)?;
         }
+        if let Some(permits) = opts.permits {
+            self.check_permits(&keys, permits, &opts)?;
+        }
         if opts.replicas > 0 {
             self.check_replicas(&keys, ttl, &opts)?;
         }
@@ -474,6 +477,7 @@ impl Locker {
                 // has left: it bounds the wait, which no message may end.
                 wait: listening.is_some(),
                 attempt: sent_attempts,
+                permits: opts.permits,
             };
             // From here until its reply is read, the attempt may hold the
             // keys: a dropped or timed-out call must give them back.
@@ -700,6 +704,58 @@ impl Drop for Claim<'_> {
 impl Locker {
     /// Refuses an obtain with [`ObtainOptions::replicas`] that the backend
     /// could not honour, before anything is sent.
+    /// Refuses permits that cannot be kept as asked.
+    fn check_permits(
+        &self,
+        keys: &[String],
+        permits: u32,
+        opts: &ObtainOptions,
+    ) -> Result<(), LockError> {
+        let refuse = |reason: &str| -> LockError {
+            BackendError::new(
+                BackendErrorKind::Unsupported,
+                format!("obtain `{}`", keys.join("`, `")),
+                reason,
+            )
+            .into()
+        };
+        if permits == 0 {
+            return Err(LockError::InvalidKey {
+                key: keys[0].clone(),
+                reason: "`permits` must be at least 1: a semaphore of 0 permits can never be \
+                         obtained"
+                    .into(),
+            });
+        }
+        if keys.len() > 1 {
+            return Err(LockError::InvalidKey {
+                key: keys.join(","),
+                reason: "permits are counted per key: obtain one key with `permits`, or several \
+                         keys without it"
+                    .into(),
+            });
+        }
+        if !self.backend().keeps_permits() {
+            return Err(refuse(
+                "this backend keeps no permits (Redlock would need a majority to agree on who \
+                 holds which permit; etcd is not supported yet); use one Redis server, a \
+                 cluster, Sentinel or the in-memory backend, or obtain without `permits`",
+            ));
+        }
+        if opts.fair {
+            return Err(refuse(
+                "`fair` cannot be combined with `permits`: waiters for permits are woken by \
+                 releases but not queued; obtain without `fair`",
+            ));
+        }
+        if opts.replicas > 0 {
+            return Err(refuse(
+                "`replicas` cannot be combined with `permits`; obtain without `replicas`",
+            ));
+        }
+        Ok(())
+    }
+
     fn check_replicas(
         &self,
         keys: &[String],

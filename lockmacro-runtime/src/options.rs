@@ -33,6 +33,8 @@ pub struct ObtainOptions {
     /// them (`None`: the default bound).
     pub(crate) replicas: usize,
     pub(crate) replica_timeout: Option<Duration>,
+    /// `Some(n)`: one of `n` permits of a semaphore, not the whole key.
+    pub(crate) permits: Option<u32>,
 }
 
 /// Whether a fencing token is minted with the lock, and where its counter lives.
@@ -150,6 +152,41 @@ impl ObtainOptions {
 const REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl ObtainOptions {
+    /// Takes one of `permits` permits on the key instead of the whole key: a
+    /// semaphore, at most `permits` holders at once across every process.
+    /// Each permit is a lease of its own, refreshed, lost and released like
+    /// a lock, and given back by itself `ttl` after its holder died. Waiters
+    /// are woken by releases; a fencing token ([`fence`](Self::fence)) is
+    /// minted per acquisition, increasing per key.
+    ///
+    /// One key only; not with [`fair`](Self::fair) or
+    /// [`replicas`](Self::replicas), and only on backends that keep permits
+    /// (one Redis server, a cluster, Sentinel, memory): others refuse it
+    /// with [`LockError::Backend`](crate::LockError::Backend) before
+    /// anything is sent. On Redis the key is a sorted set of the holders'
+    /// tokens, so it cannot also be used as a lock, and metadata stays with
+    /// the [`Lock`](crate::Lock), not on the server.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let ttl = Duration::from_secs(30);
+    /// let one = locker.obtain("api:tenant-7", ttl, ObtainOptions::new().permits(2)).await?;
+    /// let two = locker.obtain("api:tenant-7", ttl, ObtainOptions::new().permits(2)).await?;
+    /// let three = locker.obtain("api:tenant-7", ttl, ObtainOptions::new().permits(2)).await;
+    /// assert!(three.unwrap_err().is_not_obtained());
+    /// one.release().await?;
+    /// two.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
     /// Wait until `n` replicas of the server that took the lock have it
     /// (Redis `WAIT n timeout`, sent with the acquire), for at most
     /// [`replica_timeout`](Self::replica_timeout): by default 1 s or a tenth

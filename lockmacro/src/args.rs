@@ -14,7 +14,7 @@ use crate::policy::{OnBusy, OnLost};
 
 /// Every argument, in the order error messages list them; a flag may also
 /// stand alone (`fence`, `fair`).
-const ARGUMENTS: [(&str, Form); 15] = [
+const ARGUMENTS: [(&str, Form); 16] = [
     ("key", Form::Value),
     ("keys", Form::Value),
     ("ttl", Form::Value),
@@ -29,6 +29,7 @@ const ARGUMENTS: [(&str, Form); 15] = [
     ("hold_at_least", Form::Value),
     ("max_hold", Form::Value),
     ("replicas", Form::Value),
+    ("permits", Form::Value),
     ("crate", Form::Value),
 ];
 
@@ -76,6 +77,8 @@ pub(crate) struct Plan {
     pub(crate) max_hold: Option<Duration>,
     /// `0` when not given.
     pub(crate) replicas: u32,
+    /// `Some(n)`: one of `n` permits (a semaphore) instead of the whole key.
+    pub(crate) permits: Option<u32>,
     pub(crate) krate: Path,
 }
 
@@ -321,6 +324,33 @@ impl Args {
             None => 0,
         };
 
+        let permits = match self.take_value("permits") {
+            Some(arg) => {
+                let name = arg.name;
+                let permits = errors.ok(parse_permits(arg.value));
+                if keys.as_ref().is_some_and(|keys| keys.len() > 1) {
+                    errors.push(Error::new(
+                        name,
+                        "`permits` counts the holders of one key: lock one `key = \"…\"` with `permits`, or remove `permits` to lock several keys",
+                    ));
+                }
+                if fair {
+                    errors.push(Error::new(
+                        name,
+                        "`permits` cannot be combined with `fair = true`: waiters for permits are woken by releases but not queued; remove `fair`",
+                    ));
+                }
+                if replicas > 0 {
+                    errors.push(Error::new(
+                        name,
+                        "`permits` cannot be combined with `replicas`: remove one of them",
+                    ));
+                }
+                permits.map(Some)
+            }
+            None => Some(None),
+        };
+
         let krate = match self.take_value("crate") {
             Some(arg) => errors.ok(parse_crate(&arg.value)),
             None => Some(syn::parse_quote!(::lockmacro_runtime)),
@@ -344,6 +374,7 @@ impl Args {
                 hold_at_least: hold_at_least?,
                 max_hold: max_hold?,
                 replicas,
+                permits: permits?,
                 krate: krate?,
             })
         })();
@@ -440,6 +471,48 @@ fn parse_fence(value: Expr, params: &Params) -> syn::Result<Fence> {
         ));
     }
     Key::parse(value, params).map(Fence::Key)
+}
+
+fn parse_permits(value: Expr) -> syn::Result<u32> {
+    const WRITE: &str = "write how many bodies may run at once per key, as in `permits = 5`";
+    match &value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) if int.suffix().is_empty() => match int.base10_parse::<u32>() {
+            Ok(0) => Err(Error::new(
+                int.span(),
+                format!("`permits = 0` could never be obtained: {WRITE}, at least 1"),
+            )),
+            Ok(permits) => Ok(permits),
+            Err(_) => Err(Error::new(
+                int.span(),
+                format!(
+                    "`permits = {int}` is too many: {WRITE}, at most {}",
+                    u32::MAX
+                ),
+            )),
+        },
+        Expr::Unary(syn::ExprUnary {
+            op: syn::UnOp::Neg(_),
+            ..
+        }) => Err(Error::new_spanned(
+            value,
+            format!("`permits` cannot be negative: {WRITE}"),
+        )),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) if lit.value().trim().parse::<u32>().is_ok() => Err(Error::new(
+            lit.span(),
+            format!(
+                "`permits` takes a number, not a string: write `permits = {}`",
+                lit.value().trim()
+            ),
+        )),
+        _ => Err(Error::new_spanned(
+            value,
+            format!("`permits` takes a whole number: {WRITE}"),
+        )),
+    }
 }
 
 fn parse_replicas(value: Expr) -> syn::Result<u32> {
@@ -621,11 +694,11 @@ mod tests {
     fn unknown_argument_lists_the_valid_ones() {
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", timeout = "5s")),
-            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `crate`"
+            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `crate`"
         );
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", type = "x")),
-            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `crate`"
+            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `crate`"
         );
     }
 
@@ -633,7 +706,7 @@ mod tests {
     fn not_an_argument() {
         assert_eq!(
             error(quote!("k")),
-            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `crate`"
+            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `crate`"
         );
         assert_eq!(error(quote!(key "k")), "expected `=`");
         assert_eq!(error(quote!(key = "k" ttl = "1s")), "expected `,`");
@@ -769,7 +842,7 @@ mod tests {
                 wait = 5
             )),
             [
-                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `crate`",
+                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `crate`",
                 "`nope` in key is not a parameter of `transfer`: use one of `self`, `from`, `to`",
                 "`ttl` cannot be zero: write a positive duration, as in `ttl = \"30s\"`",
                 "unknown `on_busy` value \"maybe\": write `on_busy = \"error\"` or `on_busy = \"skip\"`",

@@ -164,6 +164,10 @@ fn prepare(plan: &Plan) -> TokenStream {
         let replicas = proc_macro2::Literal::usize_unsuffixed(plan.replicas as usize);
         builder.extend(quote!(.replicas(#replicas)));
     }
+    if let Some(permits) = plan.permits {
+        let permits = proc_macro2::Literal::u32_unsuffixed(permits);
+        builder.extend(quote!(.permits(#permits)));
+    }
 
     quote! {
         let #keys_var = #krate::__private::vec![#(#keys),*];

@@ -172,6 +172,26 @@ mod snapshots;
 /// `LockError::Lost`). A body stuck on a call that never returns then frees
 /// the key. No cap when not given; it cannot be shorter than `hold_at_least`.
 ///
+/// ## `permits = 5`
+///
+/// A semaphore: at most this many bodies run at once per key, across every
+/// process; each holds one permit, a lease of its own that the watchdog
+/// renews, that is lost on its local deadline like a lock, and that comes
+/// back by itself `ttl` after its holder died. A waiter (`wait`) is woken by
+/// a release. `fence` mints a token per permit, increasing per key. One
+/// `key` only; not with `fair = true` or `replicas`; on one Redis server, a
+/// cluster, Sentinel or memory (Redlock and etcd refuse the call). On Redis
+/// the key is a sorted set of the holders' tokens, so do not also lock it
+/// without `permits`.
+///
+/// ```text
+/// #[distributed_lock(key = "api:{tenant}", ttl = "30s", permits = 5, wait = "10s")]
+/// async fn call_partner_api(tenant: &str) -> Result<(), LockError> {
+///     // at most 5 of these per tenant at once, across the fleet
+/// #   Ok(())
+/// }
+/// ```
+///
 /// ## `replicas = 1`
 ///
 /// Where the lock server has replicas (a Redis Cluster, or one server with

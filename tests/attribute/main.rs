@@ -8,6 +8,7 @@ mod support;
 #[path = "../support/fixture.rs"]
 mod fixture;
 mod outcomes;
+mod permits;
 mod watchdog;
 
 /// One test per case, each on a fixture made by `$fixture`, in a runtime of
@@ -87,4 +88,26 @@ attribute_suite!(
         watchdog::lost_lease_under_continue_lets_the_body_finish,
         watchdog::lease_is_lost_on_its_local_deadline_while_redis_is_unreachable,
     ],
+);
+
+/// `permits = N` on the backends that keep permits.
+macro_rules! permit_suite {
+    ($($case:ident),* $(,)?) => {
+        mod permits_on_redis {
+            cases_on!(crate::fixture::Fixture::redis().await; $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
+        }
+
+        mod permits_on_cluster {
+            cases_on!(crate::fixture::Fixture::cluster().await; $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
+        }
+
+        mod permits_on_memory {
+            cases_on!(crate::fixture::Fixture::memory(); $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
+        }
+    };
+}
+
+permit_suite!(
+    a_third_call_skips_while_two_permits_are_held,
+    waiting_calls_never_exceed_the_permits,
 );

@@ -11,6 +11,7 @@ mod fixture;
 mod leftovers;
 mod logs;
 mod own_connection;
+mod permits;
 mod redis;
 mod wakeup;
 mod watchdog;
@@ -112,4 +113,72 @@ behaviour_suite!(
         fence_tokens_strictly_increase_across_releases_and_lockers,
     ],
     several_slots_not_on_etcd: [explicit_fence_key_is_used_and_namespaced],
+);
+
+/// One test per case in `permits`, each on a fixture made by `$fixture`.
+macro_rules! permit_cases_on {
+    ($fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let fixture = $fixture;
+                crate::permits::$case(&fixture).await;
+            }
+        )*
+    };
+}
+
+/// Semaphores on every backend that keeps permits, and the refusal on the
+/// others.
+macro_rules! permit_suite {
+    (kept: [$($case:ident),* $(,)?], refused: [$($refused:ident),* $(,)?] $(,)?) => {
+        mod permits_on_redis {
+            permit_cases_on!(crate::fixture::Fixture::redis().await; $($case,)*);
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn waiter_for_a_permit_sends_nothing_and_is_woken() {
+                let server = crate::support::RedisServer::start();
+                crate::permits::redis_waiter_for_a_permit_sends_nothing_and_is_woken(&server).await;
+            }
+        }
+
+        mod permits_on_cluster {
+            permit_cases_on!(crate::fixture::Fixture::cluster().await; $($case,)*);
+        }
+
+        mod permits_on_sentinel {
+            permit_cases_on!(crate::fixture::Fixture::sentinel().await; $($case,)*);
+        }
+
+        mod permits_on_memory {
+            permit_cases_on!(crate::fixture::Fixture::memory(); $($case,)*);
+        }
+
+        mod permits_on_redlock {
+            permit_cases_on!(crate::fixture::Fixture::redlock().await; $($refused,)*);
+        }
+
+        #[cfg(feature = "etcd")]
+        mod permits_on_etcd {
+            permit_cases_on!(crate::fixture::Fixture::etcd().await; $($refused,)*);
+        }
+
+        mod permits_on_a_backend_written_outside_the_crate {
+            permit_cases_on!(crate::fixture::Fixture::outside(); $($refused,)*);
+        }
+    };
+}
+
+permit_suite!(
+    kept: [
+        at_most_n_holders_and_a_release_frees_one,
+        a_permit_is_refreshed_measured_and_kept_alive,
+        a_dead_holders_permit_comes_back_after_its_ttl_never_sooner,
+        fence_tokens_strictly_increase_across_permits,
+        a_waiter_for_a_permit_is_woken_by_a_release,
+        holders_never_exceed_the_permits,
+        misuses_are_refused_before_anything_is_sent,
+        a_lock_and_a_semaphore_cannot_share_a_key,
+    ],
+    refused: [permits_are_refused_where_the_backend_keeps_none],
 );

@@ -7,11 +7,12 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, CONFIRM, CONFIRM_LUA, Companions,
-    REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA,
-    REMAINING, REMAINING_LUA, Wakeups, acknowledged_acquire_pipe, acknowledged_outcome,
-    acquire_args, acquire_fair_args, acquired, backend_error, check_replica_timeout, millis,
-    not_a_fence, open_client, plain_outcome, plain_set, prepare_tls, pttl, redact,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_PERMIT, ACQUIRE_PERMIT_LUA,
+    CONFIRM, CONFIRM_LUA, Companions, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY,
+    REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
+    acknowledged_acquire_pipe, acknowledged_outcome, acquire_args, acquire_fair_args,
+    acquire_permit_args, acquired, backend_error, check_replica_timeout, millis, not_a_fence,
+    not_permits, open_client, plain_outcome, plain_set, prepare_tls, pttl, redact,
     refresh_many_cmd, refreshed, release_args,
 };
 use super::slot::{check_same_slot, slot};
@@ -582,6 +583,16 @@ impl Backend for ClusterBackend {
             }
             let mut keys = req.keys.to_vec();
             keys.extend(req.fence_key.map(str::to_owned));
+            if let Some(permits) = req.permits {
+                let args =
+                    acquire_permit_args(&req, permits, &self.fence_expiry, Companions::SameSlot);
+                let script = (&*ACQUIRE_PERMIT, ACQUIRE_PERMIT_LUA);
+                let reply: Result<Vec<i64>, _> = self.invoke("obtain", &keys, script, &args).await;
+                let reply = reply
+                    .map_err(|err| not_permits(err, &req.keys[0]))
+                    .map_err(|err| not_a_fence(err, req.fence_key))?;
+                return acquired(&reply, req.fence_key.is_some(), &self.name);
+            }
             if let Some(wait) = req.queue_for {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
@@ -723,6 +734,10 @@ impl Backend for ClusterBackend {
     }
 
     fn acknowledges_replicas(&self) -> bool {
+        true
+    }
+
+    fn keeps_permits(&self) -> bool {
         true
     }
 }

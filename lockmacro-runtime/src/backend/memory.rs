@@ -44,6 +44,8 @@ pub struct MemoryBackend {
 #[derive(Debug)]
 struct State {
     leases: HashMap<String, Lease>,
+    /// Semaphores: the permits held on each key, in no order.
+    permits: HashMap<String, Vec<Permit>>,
     fences: HashMap<String, Fence>,
     /// How long a counter is kept after its last use.
     fence_expiry: Duration,
@@ -73,6 +75,7 @@ impl Default for State {
     fn default() -> Self {
         State {
             leases: HashMap::new(),
+            permits: HashMap::new(),
             fences: HashMap::new(),
             fence_expiry: super::DEFAULT_FENCE_EXPIRY,
             fence_floor: 0,
@@ -112,6 +115,20 @@ impl Waiter {
 struct Lease {
     value: String,
     expires: Instant,
+}
+
+/// One permit of a semaphore: its holder's token and when it expires.
+#[derive(Debug)]
+struct Permit {
+    token: String,
+    expires: Instant,
+}
+
+/// What a token holds on a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Lock,
+    Permit,
 }
 
 impl Lease {
@@ -169,10 +186,89 @@ impl State {
     }
 
     fn sweep(&mut self, now: Instant) {
-        if self.leases.len() >= 2 * self.swept_at.max(512) {
+        if self.leases.len() + self.permits.len() >= 2 * self.swept_at.max(512) {
             self.leases.retain(|_, lease| lease.expires > now);
-            self.swept_at = self.leases.len();
+            self.permits.retain(|_, permits| {
+                permits.retain(|permit| permit.expires > now);
+                !permits.is_empty()
+            });
+            self.swept_at = self.leases.len() + self.permits.len();
         }
+    }
+
+    /// The live permits on `key`, if any.
+    fn live_permits(&mut self, key: &str, now: Instant) -> Option<&mut Vec<Permit>> {
+        let permits = self.permits.get_mut(key)?;
+        permits.retain(|permit| permit.expires > now);
+        if permits.is_empty() {
+            self.permits.remove(key);
+            return None;
+        }
+        self.permits.get_mut(key)
+    }
+
+    /// What `token` holds on `key`: the lock, one of its permits, or nothing.
+    fn held_by(&mut self, key: &str, token: &str, now: Instant) -> Option<Held> {
+        if self
+            .live(key, now)
+            .is_some_and(|lease| lease.owned_by(token))
+        {
+            return Some(Held::Lock);
+        }
+        self.live_permits(key, now)
+            .is_some_and(|permits| permits.iter().any(|permit| permit.token == token))
+            .then_some(Held::Permit)
+    }
+
+    /// As `acquire_permit.lua`: one of `permits` permits on the request's
+    /// key.
+    fn acquire_permit(
+        &mut self,
+        req: &AcquireRequest<'_>,
+        permits: u32,
+    ) -> Result<Acquired, LockError> {
+        let now = Instant::now();
+        self.sweep(now);
+        self.sweep_fences(now);
+        self.fence_error(req, now)?;
+        let key = &req.keys[0];
+        if self.live(key, now).is_some() || self.counter(key, now).is_some() {
+            return Err(LockError::InvalidKey {
+                key: key.clone(),
+                reason: "the key holds something other than permits (a lock taken without \
+                         `permits`, or a fence counter); a semaphore needs a key of its own, \
+                         e.g. `<key>:permits`"
+                    .into(),
+            });
+        }
+        let token = req.token();
+        let expires = now + req.ttl;
+        let held = self.permits.entry(key.clone()).or_default();
+        held.retain(|permit| permit.expires > now);
+        if let Some(mine) = held.iter_mut().find(|permit| permit.token == token) {
+            // A retry after a lost reply: the same permit, extended.
+            mine.expires = expires;
+            let fence = req.fence_key.map(|fence_key| {
+                self.counter(fence_key, now)
+                    .map_or(0, |counter| counter.value)
+            });
+            return Ok(Acquired::Obtained { fence });
+        }
+        if held.len() >= usize::try_from(permits).unwrap_or(usize::MAX) {
+            let first = held.iter().map(|permit| permit.expires).min();
+            return Ok(Acquired::Busy {
+                index: 0,
+                remaining: first.map(|first| first - now),
+            });
+        }
+        held.push(Permit {
+            token: token.to_owned(),
+            expires,
+        });
+        let fence = req
+            .fence_key
+            .map(|fence_key| self.next_fence(fence_key, now));
+        Ok(Acquired::Obtained { fence })
     }
 
     /// The live counter at `key`.
@@ -257,6 +353,14 @@ impl State {
                 return Ok(Acquired::Busy {
                     index,
                     remaining: Some(fence.expires - now),
+                });
+            }
+            if self.live_permits(key, now).is_some() {
+                return Err(LockError::InvalidKey {
+                    key: key.clone(),
+                    reason: "the key holds permits (it was obtained with `permits`): lock it \
+                             with the same `permits`, or name the lock differently"
+                        .into(),
                 });
             }
             if let Some(lease) = self.live(key, now) {
@@ -416,6 +520,12 @@ impl State {
             for key in keys {
                 if let Some(lease) = self.leases.get_mut(key) {
                     lease.expires = now + ttl;
+                } else if let Some(permit) = self
+                    .permits
+                    .get_mut(key)
+                    .and_then(|permits| permits.iter_mut().find(|permit| permit.token == token))
+                {
+                    permit.expires = now + ttl;
                 }
             }
         }
@@ -423,10 +533,20 @@ impl State {
     }
 
     fn all_owned(&mut self, keys: &[String], token: &str, now: Instant) -> bool {
-        keys.iter().all(|key| {
-            self.live(key, now)
-                .is_some_and(|lease| lease.owned_by(token))
-        })
+        keys.iter()
+            .all(|key| self.held_by(key, token, now).is_some())
+    }
+
+    /// When `token`'s lease on `key` (a lock or a permit) expires.
+    fn expiry(&self, key: &str, token: &str) -> Option<Instant> {
+        if let Some(lease) = self.leases.get(key) {
+            return Some(lease.expires);
+        }
+        self.permits
+            .get(key)?
+            .iter()
+            .find(|permit| permit.token == token)
+            .map(|permit| permit.expires)
     }
 }
 
@@ -454,9 +574,10 @@ impl Backend for MemoryBackend {
         req: AcquireRequest<'a>,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         let mut state = self.state();
-        match req.queue_for {
-            Some(wait) => ready(state.acquire_fair(&req, wait)),
-            None => ready(state.acquire(&req)),
+        match (req.permits, req.queue_for) {
+            (Some(permits), _) => ready(state.acquire_permit(&req, permits)),
+            (None, Some(wait)) => ready(state.acquire_fair(&req, wait)),
+            (None, None) => ready(state.acquire(&req)),
         }
     }
 
@@ -491,15 +612,24 @@ impl Backend for MemoryBackend {
         let mut state = self.state();
         let mut all = true;
         for key in keys {
-            let owned = state
-                .live(key, now)
-                .is_some_and(|lease| lease.owned_by(token));
-            if owned {
-                state.leases.remove(key);
-            } else {
-                all = false;
+            let held = state.held_by(key, token, now);
+            match held {
+                Some(Held::Lock) => {
+                    state.leases.remove(key);
+                }
+                Some(Held::Permit) => {
+                    if let Some(permits) = state.permits.get_mut(key) {
+                        permits.retain(|permit| permit.token != token);
+                        if permits.is_empty() {
+                            state.permits.remove(key);
+                        }
+                    }
+                }
+                None => all = false,
             }
-            if !state.hand_over(key, token, owned, now) && owned {
+            // Waiters for permits do not queue: a release wakes them all.
+            let owned = held == Some(Held::Lock);
+            if !state.hand_over(key, token, owned, now) && held.is_some() {
                 state.released(key);
             }
         }
@@ -515,7 +645,7 @@ impl Backend for MemoryBackend {
         let mut state = self.state();
         let remaining = if state.all_owned(keys, token, now) {
             keys.iter()
-                .filter_map(|key| state.leases.get(key).map(|lease| lease.expires - now))
+                .filter_map(|key| state.expiry(key, token).map(|expires| expires - now))
                 .min()
         } else {
             None
@@ -529,6 +659,10 @@ impl Backend for MemoryBackend {
 
     fn fair_queue(&self) -> Option<&dyn FairQueue> {
         Some(self)
+    }
+
+    fn keeps_permits(&self) -> bool {
+        true
     }
 }
 

@@ -92,6 +92,9 @@ pub struct AcquireRequest<'a> {
     /// last attempt that found the waiter in line, so that the waiter knows
     /// from when the lease runs.
     pub attempt: u32,
+    /// `Some(n)`: take one of `n` permits of the one key (a semaphore; see
+    /// [`Backend::keeps_permits`]) rather than the key itself.
+    pub permits: Option<u32>,
 }
 
 impl<'a> AcquireRequest<'a> {
@@ -125,12 +128,19 @@ impl<'a> AcquireRequest<'a> {
             replica_timeout: Duration::ZERO,
             wait: false,
             attempt: 0,
+            permits: None,
         }
     }
 
     /// The caller will wait if the key is busy: see [`AcquireRequest::wait`].
     pub fn waiting(mut self) -> Self {
         self.wait = true;
+        self
+    }
+
+    /// One of `permits` permits: see [`AcquireRequest::permits`].
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
         self
     }
 
@@ -148,6 +158,7 @@ impl<'a> AcquireRequest<'a> {
             && self.fence_key.is_none()
             && self.queue_for.is_none()
             && self.replicas == 0
+            && self.permits.is_none()
             && !self.wait
     }
 
@@ -334,6 +345,17 @@ pub trait Backend: Send + Sync + 'static {
     /// default: a [`Locker`](crate::Locker) refuses obtains that ask for
     /// replicas on such a backend, rather than let them go unreplicated.
     fn acknowledges_replicas(&self) -> bool {
+        false
+    }
+
+    /// True when the backend honours [`AcquireRequest::permits`]: it keeps
+    /// up to that many leases on one key, each refreshed, released and
+    /// measured through the same [`refresh`](Self::refresh),
+    /// [`release`](Self::release) and [`remaining`](Self::remaining) calls
+    /// as a lock, by key and token. False by default: a
+    /// [`Locker`](crate::Locker) refuses permits on such a backend rather
+    /// than let it take the whole key.
+    fn keeps_permits(&self) -> bool {
         false
     }
 }
@@ -666,6 +688,10 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
 
     fn acknowledges_replicas(&self) -> bool {
         (**self).acknowledges_replicas()
+    }
+
+    fn keeps_permits(&self) -> bool {
+        (**self).keeps_permits()
     }
 }
 

@@ -806,6 +806,10 @@ impl Backend for SentinelBackend {
     fn acknowledges_replicas(&self) -> bool {
         true
     }
+
+    fn keeps_permits(&self) -> bool {
+        true
+    }
 }
 
 impl FairQueue for SentinelBackend {

@@ -16,11 +16,12 @@ pub(super) use self::connect::{enable_tls, manager_for, open_client, prepare_tls
 pub(crate) use self::errors::{backend_error, redact};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::protocol::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, CONFIRM, CONFIRM_LUA, Companions,
-    REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY, REFRESH_MANY_LUA, RELEASE, RELEASE_LUA,
-    REMAINING, REMAINING_LUA, acknowledged_acquire_pipe, acknowledged_outcome, acquire_args,
-    acquire_fair_args, acquired, check_replica_timeout, millis, not_a_fence, plain_outcome,
-    plain_set, pttl, refresh_many_cmd, refreshed, release_args,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_PERMIT, ACQUIRE_PERMIT_LUA,
+    CONFIRM, CONFIRM_LUA, Companions, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY,
+    REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, acknowledged_acquire_pipe,
+    acknowledged_outcome, acquire_args, acquire_fair_args, acquire_permit_args, acquired,
+    check_replica_timeout, millis, not_a_fence, not_permits, plain_outcome, plain_set, pttl,
+    refresh_many_cmd, refreshed, release_args,
 };
 pub(super) use self::wakeups::Wakeups;
 
@@ -300,7 +301,15 @@ impl Backend for RedisBackend {
                 }
             }
             let expiry = self.fence_expiry.as_str();
-            let reply: Result<Vec<i64>, LockError> = if let Some(wait) = req.queue_for {
+            let reply: Result<Vec<i64>, LockError> = if let Some(permits) = req.permits {
+                let mut keys = vec![req.keys[0].clone()];
+                keys.extend(req.fence_key.map(str::to_owned));
+                let args = acquire_permit_args(&req, permits, expiry, Companions::Derived);
+                self.invoke("obtain", &keys, &ACQUIRE_PERMIT, &args)
+                    .await
+                    .map_err(|err| not_permits(err, &req.keys[0]))
+                    .map_err(|err| not_a_fence(err, req.fence_key))
+            } else if let Some(wait) = req.queue_for {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
                 let queue = Companions::Derived.queue(&req.keys[0]);
@@ -404,6 +413,10 @@ impl Backend for RedisBackend {
     }
 
     fn acknowledges_replicas(&self) -> bool {
+        true
+    }
+
+    fn keeps_permits(&self) -> bool {
         true
     }
 }

@@ -28,7 +28,16 @@ pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
     include_str!("../scripts/acquire_fair.lua")
 );
 
-pub(in crate::backend) const REFRESH_LUA: &str = include_str!("../scripts/refresh.lua");
+pub(in crate::backend) const ACQUIRE_PERMIT_LUA: &str = concat!(
+    include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/waiters.lua"),
+    include_str!("../scripts/acquire_permit.lua")
+);
+
+pub(in crate::backend) const REFRESH_LUA: &str = concat!(
+    include_str!("../scripts/leases.lua"),
+    include_str!("../scripts/refresh.lua")
+);
 
 // The release's work for waiters is a function of its own, so that a
 // release nobody waits for does not define what only they need (see
@@ -39,20 +48,30 @@ pub(in crate::backend) const RELEASE_LUA: &str = concat!(
     include_str!("../scripts/grant.lua"),
     include_str!("../scripts/release_announce.lua"),
     "end\n",
+    include_str!("../scripts/leases.lua"),
     include_str!("../scripts/release.lua")
 );
 
 pub(in crate::backend) const CONFIRM_LUA: &str = include_str!("../scripts/confirm.lua");
 
-pub(in crate::backend) const REMAINING_LUA: &str = include_str!("../scripts/remaining.lua");
+pub(in crate::backend) const REMAINING_LUA: &str = concat!(
+    include_str!("../scripts/leases.lua"),
+    include_str!("../scripts/remaining.lua")
+);
 
-pub(in crate::backend) const REFRESH_MANY_LUA: &str = include_str!("../scripts/refresh_many.lua");
+pub(in crate::backend) const REFRESH_MANY_LUA: &str = concat!(
+    include_str!("../scripts/leases.lua"),
+    include_str!("../scripts/refresh_many.lua")
+);
 
 pub(in crate::backend) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_LUA));
 
 pub(in crate::backend) static ACQUIRE_FAIR: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
+
+pub(in crate::backend) static ACQUIRE_PERMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_PERMIT_LUA));
 
 pub(in crate::backend) static REFRESH: LazyLock<Script> =
     LazyLock::new(|| Script::new(REFRESH_LUA));
@@ -187,6 +206,27 @@ pub(in crate::backend) fn acquire_args(
     args
 }
 
+/// The arguments of the permit script (`acquire_permit.lua`) for `req`,
+/// one of `permits`, whose keys are its one key with the fence key after it.
+pub(in crate::backend) fn acquire_permit_args(
+    req: &AcquireRequest<'_>,
+    permits: u32,
+    fence_expiry: &str,
+    companions: Companions,
+) -> Vec<String> {
+    let mut args = vec![
+        req.value.to_owned(),
+        millis(req.ttl),
+        permits.to_string(),
+        fence_expiry.to_owned(),
+    ];
+    if req.wait {
+        args.push("1".to_owned());
+        args.push(companions.flag(&req.keys[0]));
+    }
+    args
+}
+
 /// The arguments of the fair acquire script (`acquire_fair.lua`) for
 /// `req`, queued at `queue` for at most `wait`.
 pub(in crate::backend) fn acquire_fair_args(
@@ -283,6 +323,24 @@ pub(in crate::backend) fn not_a_fence(err: LockError, fence_key: Option<&str>) -
                 })
                 .unwrap_or_default();
             crate::backend::fence_key_refused(fence_key, &detail)
+        }
+        _ => err,
+    }
+}
+
+/// The error of the permit script for a key that holds something else
+/// (`NOTPERMITS`, from `acquire_permit.lua`), as [`LockError::InvalidKey`];
+/// any other error as it is.
+pub(in crate::backend) fn not_permits(err: LockError, key: &str) -> LockError {
+    match &err {
+        LockError::Backend(backend) if backend.to_string().contains("NOTPERMITS") => {
+            LockError::InvalidKey {
+                key: key.to_owned(),
+                reason: "the key holds something other than permits (a lock taken without \
+                         `permits`, or another client's data); a semaphore needs a key of its \
+                         own, e.g. `<key>:permits`"
+                    .into(),
+            }
         }
         _ => err,
     }

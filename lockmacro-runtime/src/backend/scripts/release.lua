@@ -1,5 +1,5 @@
--- Deletes each of KEYS[*] that still starts with token ARGV[1]; keys held
--- by someone else are left alone. ARGV[1 + i] names the waiters flag of
+-- Deletes each of KEYS[*] still held by token ARGV[1] (a lock, or takes
+-- back a permit: see leases.lua); keys held by someone else are left alone. ARGV[1 + i] names the waiters flag of
 -- KEYS[i] (see waiters.lua), in KEYS[i]'s cluster slot, or is empty when
 -- the key can have none; the flag and the queue of fair waiters (see
 -- acquire_fair.lua) are not declared, so that a release touches one
@@ -21,10 +21,12 @@ local all = 1
 local awaited
 for i = 1, #KEYS do
   local key, flag = KEYS[i], ARGV[1 + i] or ''
-  local value = redis.call('GET', key)
-  local owned = value ~= false and string.sub(value, 1, #token) == token
-  if owned then
+  -- A lock or a permit (see leases.lua).
+  local owned = held(key, token)
+  if owned == 'lock' then
     redis.call('DEL', key)
+  elseif owned == 'permit' then
+    redis.call('ZREM', key, token)
   else
     all = 0
   end

@@ -1,6 +1,6 @@
 -- The body of announce(token, awaited), which release.lua calls, after it
 -- deleted the keys, for the keys someone may wait for (`awaited`: {i,
--- owned} pairs, KEYS[i] and whether this release deleted it). fence.lua and
+-- owned} pairs, KEYS[i] and what this release gave back of it). fence.lua and
 -- grant.lua come before this, inside the same function: a release that
 -- nobody waits for does not even define them.
 local now
@@ -67,6 +67,7 @@ local function leave(queue)
 end
 
 for _, pair in ipairs(awaited) do
+  -- `owned`: 'lock', 'permit' (waiters for permits do not queue) or nil.
   local i, owned = pair[1], pair[2]
   local key, flag = KEYS[i], ARGV[1 + i]
   -- The queue is named as the flag is, with another suffix (see
@@ -76,7 +77,7 @@ for _, pair in ipairs(awaited) do
     queue = string.sub(flag, 1, -#'waiters' - 1) .. 'queue'
   end
   if owned then
-    if queue == '' or not hand_over(key, queue) then
+    if queue == '' or owned == 'permit' or not hand_over(key, queue) then
       redis.pcall('PUBLISH', 'lockmacro:released:' .. key, '')
     end
   elseif queue ~= '' then

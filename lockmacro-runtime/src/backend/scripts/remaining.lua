@@ -1,15 +1,21 @@
--- The smallest PTTL of KEYS[*] if every one still starts with token ARGV[1],
+-- The smallest remaining lease, in ms, of KEYS[*] if every one is still
+-- held by token ARGV[1] (see leases.lua); -1 when none of them expires;
 -- else -2.
 local token = ARGV[1]
 local least = -1
 for i = 1, #KEYS do
-  local value = redis.call('GET', KEYS[i])
-  if not value or string.sub(value, 1, #token) ~= token then
+  local kind = held(KEYS[i], token)
+  if not kind then
     return -2
   end
-  local pttl = redis.call('PTTL', KEYS[i])
-  if least < 0 or (pttl >= 0 and pttl < least) then
-    least = pttl
+  local left
+  if kind == 'permit' then
+    left = tonumber(redis.call('ZSCORE', KEYS[i], token)) - server_now()
+  else
+    left = redis.call('PTTL', KEYS[i])
+  end
+  if least < 0 or (left >= 0 and left < least) then
+    least = left
   end
 end
 return least

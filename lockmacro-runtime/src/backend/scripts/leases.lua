@@ -1,0 +1,50 @@
+-- Prepended to the scripts that refresh, release or measure leases. A lease
+-- on a key is either a lock, the key itself as a string whose value starts
+-- with the owner's token, or one permit of a semaphore (see
+-- acquire_permit.lua): the owner's token as a member of the sorted set at
+-- the key, scored with the permit's expiry in server milliseconds. Both are
+-- found from the key and the token alone, so the watchdog, refresh and
+-- release need not know which a lease is.
+--
+-- held(key, token) is 'lock' or 'permit' when the owner of `token` holds
+-- that lease on `key`, else nil. extend(key, token, ttl, kind) makes it last
+-- `ttl` ms from now. A permit keeps its set alive at least as long as
+-- itself, so that a set whose holders all died goes with their last permit.
+local clock_ms
+
+local function server_now()
+  if not clock_ms then
+    local time = redis.call('TIME')
+    clock_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  return clock_ms
+end
+
+local function held(key, token)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'string' then
+    if string.sub(value, 1, #token) == token then
+      return 'lock'
+    end
+    return nil
+  end
+  -- GET fails on any other type; only a sorted set holds permits.
+  if type(value) == 'table' then
+    local expires = redis.pcall('ZSCORE', key, token)
+    if type(expires) == 'string' and tonumber(expires) > server_now() then
+      return 'permit'
+    end
+  end
+  return nil
+end
+
+local function extend(key, token, ttl, kind)
+  if kind == 'permit' then
+    redis.call('ZADD', key, 'XX', server_now() + ttl, token)
+    if redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
+  else
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
