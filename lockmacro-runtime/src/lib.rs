@@ -248,6 +248,39 @@
 //!   the first waiter, woken by its watch, takes it with one more round
 //!   trip. A fair obtain takes one key.
 //!
+//! ## Semaphores
+//!
+//! [`ObtainOptions::permits`] (the attribute's `permits = 5`) takes one of
+//! that many permits on the key instead of the whole key: at most that many
+//! holders at once, across every process. A permit is a [`Lock`] like any
+//! other: its own token and lease, renewed by [`Lock::keep_alive`], lost on
+//! its local deadline, released by [`Lock::release`] or when dropped. A
+//! holder that dies gives its permit back after its ttl, never sooner.
+//! Waiters are woken by a release, and [`ObtainOptions::fence`] mints a token
+//! per permit, increasing per key.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::{Locker, ObtainOptions};
+//!
+//! let locker = Locker::memory();
+//! let ttl = Duration::from_secs(30);
+//! let first = locker.obtain("exports", ttl, ObtainOptions::new().permits(2)).await?;
+//! let second = locker.obtain("exports", ttl, ObtainOptions::new().permits(2)).await?;
+//! let third = locker.obtain("exports", ttl, ObtainOptions::new().permits(2)).await;
+//! assert!(third.unwrap_err().is_not_obtained());
+//! first.release().await?;
+//! locker.obtain("exports", ttl, ObtainOptions::new().permits(2)).await?.release().await?;
+//! # second.release().await?; Ok(()) }
+//! ```
+//!
+//! On Redis a semaphore is a sorted set of the holders' tokens, each scored
+//! with when its permit expires; expired permits are dropped before the
+//! holders are counted. One server, a cluster, Sentinel and memory keep
+//! permits; Redlock and etcd refuse them, as they refuse `fair` and
+//! `replicas`, before anything is sent.
+//!
 //! ## Fencing tokens
 //!
 //! A lease is not a mutex: a holder paused longer than its ttl (a GC pause, a
