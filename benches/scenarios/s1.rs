@@ -33,6 +33,8 @@ enum Variant {
     Runtime,
     /// `#[distributed_lock]` on the single server.
     Attribute,
+    /// `Locker::obtain` of one of 5 permits + `Lock::release`, single server.
+    Permit,
     /// The floor on each of the three Redlock masters at once.
     FloorRedlock,
     /// `Locker::obtain` + `Lock::release` on Redlock, three masters.
@@ -53,6 +55,7 @@ impl Variant {
             Variant::Floor => "floor (SET NX PX + CAD)",
             Variant::Runtime => "runtime obtain+release",
             Variant::Attribute => "attribute",
+            Variant::Permit => "runtime, 1 of 5 permits",
             Variant::FloorRedlock => "floor on 3 masters at once",
             Variant::Redlock => "runtime, Redlock (3)",
             Variant::Cluster => "runtime, cluster (3)",
@@ -127,7 +130,9 @@ impl Clients {
     /// The servers whose CPU time a variant's cycles cost.
     fn pids(&self, variant: Variant) -> Vec<u32> {
         match variant {
-            Variant::Floor | Variant::Runtime | Variant::Attribute => vec![self.single_pid],
+            Variant::Floor | Variant::Runtime | Variant::Attribute | Variant::Permit => {
+                vec![self.single_pid]
+            }
             Variant::FloorRedlock | Variant::Redlock => self.master_pids.clone(),
             Variant::Cluster => self.cluster_pids.clone(),
             #[cfg(feature = "etcd")]
@@ -160,6 +165,12 @@ impl Clients {
                     lock.await?.release().await?;
                 }
                 Variant::Attribute => attribute(&self.single, key).await?,
+                Variant::Permit => {
+                    let lock = self
+                        .single
+                        .obtain(key, TTL, ObtainOptions::new().permits(5));
+                    lock.await?.release().await?;
+                }
                 Variant::FloorRedlock => {
                     let token = floor::token();
                     let acquired = futures::future::join_all(
@@ -350,7 +361,12 @@ fn print(title: &str, variants: &[Variant], samples: &[Vec<Sample>]) {
 /// keys over one connection and one `Locker`.
 pub async fn s1(args: &Args, servers: &Servers, view: View) -> Result<(), BoxError> {
     let clients = Clients::connect(servers).await?;
-    let mut variants = vec![Variant::Floor, Variant::Runtime, Variant::Attribute];
+    let mut variants = vec![
+        Variant::Floor,
+        Variant::Runtime,
+        Variant::Attribute,
+        Variant::Permit,
+    ];
     if !servers.masters.is_empty() {
         variants.extend([Variant::FloorRedlock, Variant::Redlock]);
     }
