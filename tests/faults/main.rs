@@ -19,6 +19,7 @@ mod failover;
 mod lease;
 mod network;
 mod pause;
+mod permits;
 mod process;
 mod restart;
 mod witness;

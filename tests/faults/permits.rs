@@ -1,0 +1,218 @@
+//! Semaphores under faults: holders killed (SIGKILL) give their permits back
+//! after their ttl, never sooner; with the server frozen (SIGSTOP) past the
+//! ttl, a witness that does not trust the lock never sees more holders
+//! acting at once than there are permits.
+
+use std::env;
+use std::io::{BufRead, BufReader};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lockmacro_runtime::{HoldOptions, LockGuard, Locker, ObtainOptions, RetryStrategy};
+use tokio::time::Instant;
+
+use crate::process::rerun_as_child;
+use crate::support::RedisServer;
+
+/// Set, to the server's URL, for the child processes that hold permits.
+const HOLDER_ENV: &str = "LOCKMACRO_FAULTS_PERMIT_HOLDER";
+const TTL: Duration = Duration::from_secs(1);
+const PERMITS: u32 = 2;
+
+/// The server's clock, in ms, as the permit script reads it.
+fn server_ms(server: &RedisServer) -> u64 {
+    let (seconds, micros): (u64, u64) = server.cmd(&["TIME"]);
+    seconds * 1000 + micros / 1000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holders_give_their_permits_back_after_their_ttl_never_sooner() {
+    // The same test, run again in child processes, are the holders.
+    if let Ok(url) = env::var(HOLDER_ENV) {
+        let locker = Locker::connect(&url).await.expect("connect");
+        let lock = locker
+            .obtain("api", TTL, ObtainOptions::new().permits(PERMITS))
+            .await
+            .expect("the holder takes a permit");
+        let _guard = lock.keep_alive();
+        println!("inside");
+        std::future::pending::<()>().await;
+    }
+    let server = RedisServer::start();
+    let mut holders = Vec::new();
+    for _ in 0..PERMITS {
+        let mut holder = rerun_as_child(
+            "permits::killed_holders_give_their_permits_back_after_their_ttl_never_sooner",
+            HOLDER_ENV,
+            &server.url(),
+        );
+        let stdout = holder.0.stdout.take().unwrap();
+        let inside = tokio::task::spawn_blocking(move || {
+            BufReader::new(stdout)
+                .lines()
+                .any(|line| line.is_ok_and(|line| line == "inside"))
+        });
+        let inside = tokio::time::timeout(Duration::from_secs(20), inside)
+            .await
+            .expect("a holder did not get inside within 20 s")
+            .unwrap();
+        assert!(inside, "a holder exited without getting inside");
+        holders.push(holder);
+    }
+
+    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let refused = contender
+        .obtain("api", TTL, ObtainOptions::new().permits(PERMITS))
+        .await;
+    assert!(
+        refused.is_err_and(|err| err.is_not_obtained()),
+        "a third holder got in beside two living ones"
+    );
+    for holder in &mut holders {
+        holder.0.kill().unwrap();
+        holder.0.wait().unwrap();
+    }
+    // The permits end no earlier than the scores the server has for them;
+    // a refresh still in flight could only move them later.
+    let scores: Vec<(String, f64)> = server.cmd(&["ZRANGE", "api", "0", "-1", "WITHSCORES"]);
+    assert_eq!(scores.len(), PERMITS as usize, "permits held: {scores:?}");
+    let first_expiry = scores.iter().map(|(_, score)| *score as u64).min().unwrap();
+    let waiting = ObtainOptions::new()
+        .permits(PERMITS)
+        .retry(RetryStrategy::linear(Duration::from_millis(10)).deadline(Duration::from_secs(10)));
+    let lock = server.expect_ok(
+        contender.obtain("api", TTL, waiting).await,
+        "a permit after the holders died",
+    );
+    let obtained_ms = server_ms(&server);
+    assert!(
+        obtained_ms >= first_expiry,
+        "a permit came back at {obtained_ms} ms, before the first dead holder's expired at {first_expiry} ms"
+    );
+    assert!(
+        obtained_ms <= first_expiry + 5_000,
+        "a dead holder's permit came back {} ms after it expired",
+        obtained_ms - first_expiry
+    );
+    server.expect_ok(lock.release().await, "release");
+}
+
+/// One body's time holding a permit, on this process's clock.
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    start: Instant,
+    /// When the body stopped: it returned, or was dropped on its deadline.
+    end: Instant,
+    /// The lease's local deadline when the body stopped.
+    deadline: Instant,
+}
+
+/// Records a section when the body ends or is dropped.
+struct Recording {
+    start: Instant,
+    guard: LockGuard,
+    sections: Arc<Mutex<Vec<Section>>>,
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        let section = Section {
+            start: self.start,
+            end: Instant::now(),
+            deadline: self.guard.deadline(),
+        };
+        self.sections.lock().unwrap().push(section);
+    }
+}
+
+/// The most sections that overlap at any instant, each counted from its
+/// start to when it stopped or its deadline, whichever came first: past its
+/// deadline a body promises nothing (a fenced write is what stops it then).
+fn most_at_once(sections: &[Section]) -> usize {
+    let mut events: Vec<(Instant, i32)> = Vec::new();
+    for section in sections {
+        events.push((section.start, 1));
+        events.push((section.end.min(section.deadline), -1));
+    }
+    // Ends before starts at the same instant.
+    events.sort_by_key(|&(at, change)| (at, change));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, change) in events {
+        now += change;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn frozen_server_never_lets_more_holders_act_than_permits() {
+    let server = RedisServer::start();
+    let sections = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..5 {
+        let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+        let (sections, stop) = (sections.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut lost = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let options = HoldOptions::new(TTL)
+                    .permits(PERMITS)
+                    .wait(Duration::from_secs(10));
+                let sections = sections.clone();
+                let outcome = locker
+                    .hold(["api"], options, move |guard| async move {
+                        let _recording = Recording {
+                            start: Instant::now(),
+                            guard,
+                            sections,
+                        };
+                        // Longer than the ttl: the watchdog must keep it.
+                        tokio::time::sleep(TTL * 3).await;
+                    })
+                    .await;
+                match outcome {
+                    Ok(()) => {}
+                    Err(lockmacro_runtime::LockError::Lost { .. }) => lost += 1,
+                    // The server frozen: the obtain timed out or failed.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            lost
+        }));
+    }
+    // Some sections first, with every permit in use.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.pause();
+    tokio::time::sleep(TTL + TTL / 2).await;
+    server.resume();
+    let resumed = Instant::now();
+    tokio::time::sleep(TTL * 2).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut lost = 0;
+    for worker in workers {
+        lost += tokio::time::timeout(Duration::from_secs(20), worker)
+            .await
+            .expect("a worker hung")
+            .expect("worker");
+    }
+    let sections = sections.lock().unwrap().clone();
+    assert!(
+        lost >= 1,
+        "no holder lost its permit to the frozen server: the fault did not happen"
+    );
+    let after_resume = sections
+        .iter()
+        .filter(|section| section.start > resumed)
+        .count();
+    assert!(
+        after_resume >= 1,
+        "nobody held a permit after the server came back"
+    );
+    let most = most_at_once(&sections);
+    assert!(
+        most <= PERMITS as usize,
+        "{most} holders acted at once with {PERMITS} permits ({} sections, {lost} lost)",
+        sections.len()
+    );
+}
