@@ -141,6 +141,20 @@ impl HoldOptions {
         self
     }
 
+    /// Takes a read of the key (`mode = "read"`); see
+    /// [`ObtainOptions::read`].
+    pub fn read(mut self) -> Self {
+        self.obtain = self.obtain.read();
+        self
+    }
+
+    /// Takes the write of the key (`mode = "write"`); see
+    /// [`ObtainOptions::write`].
+    pub fn write(mut self) -> Self {
+        self.obtain = self.obtain.write();
+        self
+    }
+
     /// Stops renewing after this long (`max_hold = …`); see
     /// [`ObtainOptions::max_hold`].
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
@@ -219,6 +233,7 @@ impl Locker {
             .map(|key| key.as_ref().to_owned())
             .collect();
         if let Some(guard) = crate::reentry::held(self, &keys) {
+            crate::reentry::check_upgrade(&guard, options.obtain.share)?;
             tracing::trace!(target: "lockmacro", key = %guard.key(), "re-entered");
             return Ok(body(guard).await);
         }

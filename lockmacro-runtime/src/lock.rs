@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, TOKEN_LEN};
+use crate::backend::{Backend, Share, TOKEN_LEN};
 use crate::metrics;
 use crate::watchdog::Watchdog;
 use crate::{LockError, Locker};
@@ -53,6 +53,8 @@ pub(crate) struct Lease {
     pub(crate) token: [u8; TOKEN_LEN],
     pub(crate) metadata: Box<str>,
     pub(crate) fence: Option<u64>,
+    /// A share of the key (a permit, a read, the write), or `None`: the key.
+    pub(crate) share: Option<Share>,
     pub(crate) acquired_at: Instant,
     /// `acquired_at + max_hold`: the deadline never moves past it, and the
     /// watchdog stops renewing once it reaches it.

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, ReleaseListener, TOKEN_LEN, derived_fence_key,
+    AcquireRequest, Acquired, Backend, ReleaseListener, Share, TOKEN_LEN, derived_fence_key,
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::lock::{Lease, Timing};
@@ -371,8 +371,8 @@ impl Locker {
         if opts.fair {
             self.check_fair(&keys, &opts)?;
         }
-        if let Some(permits) = opts.permits {
-            self.check_permits(&keys, permits, &opts)?;
+        if let Some(share) = opts.share {
+            self.check_share(&keys, share, &opts)?;
         }
         if opts.replicas > 0 {
             self.check_replicas(&keys, ttl, &opts)?;
@@ -429,6 +429,7 @@ impl Locker {
                     token: token_bytes,
                     metadata: opts.metadata.as_str().into(),
                     fence,
+                    share: opts.share,
                     acquired_at,
                     hold_until,
                     timing: Mutex::new(timing),
@@ -477,7 +478,7 @@ impl Locker {
                 // has left: it bounds the wait, which no message may end.
                 wait: listening.is_some(),
                 attempt: sent_attempts,
-                permits: opts.permits,
+                share: opts.share,
             };
             // From here until its reply is read, the attempt may hold the
             // keys: a dropped or timed-out call must give them back.
@@ -704,14 +705,19 @@ impl Drop for Claim<'_> {
 impl Locker {
     /// Refuses an obtain with [`ObtainOptions::replicas`] that the backend
     /// could not honour, before anything is sent.
-    /// Refuses permits that cannot be kept as asked.
-    fn check_permits(
+    /// Refuses a share (permits, a read, the write) that cannot be kept as
+    /// asked.
+    fn check_share(
         &self,
         keys: &[String],
-        permits: u32,
+        share: Share,
         opts: &ObtainOptions,
     ) -> Result<(), LockError> {
-        let refuse = |reason: &str| -> LockError {
+        let what = match share {
+            Share::Permits(_) => "permits",
+            _ => "read-write locks",
+        };
+        let refuse = |reason: String| -> LockError {
             BackendError::new(
                 BackendErrorKind::Unsupported,
                 format!("obtain `{}`", keys.join("`, `")),
@@ -719,7 +725,7 @@ impl Locker {
             )
             .into()
         };
-        if permits == 0 {
+        if share == Share::Permits(0) {
             return Err(LockError::InvalidKey {
                 key: keys[0].clone(),
                 reason: "`permits` must be at least 1: a semaphore of 0 permits can never be \
@@ -730,28 +736,29 @@ impl Locker {
         if keys.len() > 1 {
             return Err(LockError::InvalidKey {
                 key: keys.join(","),
-                reason: "permits are counted per key: obtain one key with `permits`, or several \
-                         keys without it"
-                    .into(),
+                reason: format!(
+                    "{what} are kept per key: obtain one key with them, or several keys as a \
+                     plain lock"
+                ),
             });
         }
-        if !self.backend().keeps_permits() {
-            return Err(refuse(
-                "this backend keeps no permits (Redlock would need a majority to agree on who \
-                 holds which permit; etcd is not supported yet); use one Redis server, a \
-                 cluster, Sentinel or the in-memory backend, or obtain without `permits`",
-            ));
+        if !self.backend().keeps_shares() {
+            return Err(refuse(format!(
+                "this backend keeps no {what} (Redlock would need a majority to agree on who \
+                 holds which share; etcd is not supported yet); use one Redis server, a \
+                 cluster, Sentinel or the in-memory backend, or a plain lock"
+            )));
         }
         if opts.fair {
-            return Err(refuse(
-                "`fair` cannot be combined with `permits`: waiters for permits are woken by \
-                 releases but not queued; obtain without `fair`",
-            ));
+            return Err(refuse(format!(
+                "`fair` cannot be combined with {what}: their waiters are woken by releases but \
+                 not queued; obtain without `fair`"
+            )));
         }
         if opts.replicas > 0 {
-            return Err(refuse(
-                "`replicas` cannot be combined with `permits`; obtain without `replicas`",
-            ));
+            return Err(refuse(format!(
+                "`replicas` cannot be combined with {what}; obtain without `replicas`"
+            )));
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use crate::RetryStrategy;
+use crate::backend::Share;
 
 /// Options for [`Locker::obtain`](crate::Locker::obtain) and
 /// [`Locker::obtain_many`](crate::Locker::obtain_many).
@@ -33,8 +34,8 @@ pub struct ObtainOptions {
     /// them (`None`: the default bound).
     pub(crate) replicas: usize,
     pub(crate) replica_timeout: Option<Duration>,
-    /// `Some(n)`: one of `n` permits of a semaphore, not the whole key.
-    pub(crate) permits: Option<u32>,
+    /// A share of the key (a permit, a read or the write), not the whole key.
+    pub(crate) share: Option<Share>,
 }
 
 /// Whether a fencing token is minted with the lock, and where its counter lives.
@@ -183,7 +184,47 @@ impl ObtainOptions {
     /// # Ok(()) }
     /// ```
     pub fn permits(mut self, permits: u32) -> Self {
-        self.permits = Some(permits);
+        self.share = Some(Share::Permits(permits));
+        self
+    }
+
+    /// Takes a read of the key, a read-write lock: any number of readers at
+    /// once, and no writer. A writer waiting for the readers holds back the
+    /// readers that come after it, so a stream of readers cannot starve it
+    /// (writer preference). Each read is a lease of its own, as a permit is
+    /// (see [`permits`](Self::permits) for the backends, the limits and the
+    /// layout). A task that holds the write may read inside it
+    /// ([`Locker::hold`](crate::Locker::hold) re-enters); one that holds a
+    /// read and asks for the write is refused with
+    /// [`LockError::InvalidKey`](crate::LockError::InvalidKey), as two
+    /// readers doing so would wait for each other for ever.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let ttl = Duration::from_secs(30);
+    /// let one = locker.obtain("catalog", ttl, ObtainOptions::new().read()).await?;
+    /// let two = locker.obtain("catalog", ttl, ObtainOptions::new().read()).await?;
+    /// let write = locker.obtain("catalog", ttl, ObtainOptions::new().write()).await;
+    /// assert!(write.unwrap_err().is_not_obtained());
+    /// one.release().await?;
+    /// two.release().await?;
+    /// locker.obtain("catalog", ttl, ObtainOptions::new().write()).await?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read(mut self) -> Self {
+        self.share = Some(Share::Read);
+        self
+    }
+
+    /// Takes the write of the key, a read-write lock: alone, once every
+    /// reader has gone, ahead of the readers that come after it. See
+    /// [`read`](Self::read).
+    pub fn write(mut self) -> Self {
+        self.share = Some(Share::Write);
         self
     }
 

@@ -4,7 +4,8 @@
 
 use std::future::Future;
 
-use crate::{LockGuard, Locker};
+use crate::backend::Share;
+use crate::{LockError, LockGuard, Locker};
 
 tokio::task_local! {
     static HELD: Vec<LockGuard>;
@@ -28,6 +29,23 @@ pub(crate) fn held(locker: &Locker, keys: &[String]) -> Option<LockGuard> {
     })
     .ok()
     .flatten()
+}
+
+/// Refuses to re-enter a read as the write: the task would write while other
+/// readers read, and two readers upgrading would wait for each other for
+/// ever. Any other re-entry is allowed: a writer may read, a holder of the
+/// whole key or of a permit may take it again.
+pub(crate) fn check_upgrade(held: &LockGuard, wanted: Option<Share>) -> Result<(), LockError> {
+    if held.lease().share == Some(Share::Read) && wanted == Some(Share::Write) {
+        return Err(LockError::InvalidKey {
+            key: held.key().to_owned(),
+            reason: "this task holds a read of the key and asks for the write: upgrading a \
+                     read would deadlock with another reader doing the same; take the write \
+                     from the start, or release the read first"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// Runs `body` with `guard` added to the task's held locks.

@@ -14,7 +14,7 @@ use crate::policy::{OnBusy, OnLost};
 
 /// Every argument, in the order error messages list them; a flag may also
 /// stand alone (`fence`, `fair`).
-const ARGUMENTS: [(&str, Form); 16] = [
+const ARGUMENTS: [(&str, Form); 17] = [
     ("key", Form::Value),
     ("keys", Form::Value),
     ("ttl", Form::Value),
@@ -30,6 +30,7 @@ const ARGUMENTS: [(&str, Form); 16] = [
     ("max_hold", Form::Value),
     ("replicas", Form::Value),
     ("permits", Form::Value),
+    ("mode", Form::Value),
     ("crate", Form::Value),
 ];
 
@@ -79,6 +80,8 @@ pub(crate) struct Plan {
     pub(crate) replicas: u32,
     /// `Some(n)`: one of `n` permits (a semaphore) instead of the whole key.
     pub(crate) permits: Option<u32>,
+    /// A read or the write of a read-write lock instead of the whole key.
+    pub(crate) mode: Option<Mode>,
     pub(crate) krate: Path,
 }
 
@@ -351,6 +354,39 @@ impl Args {
             None => Some(None),
         };
 
+        let mode = match self.take_value("mode") {
+            Some(arg) => {
+                let name = arg.name;
+                let mode = errors.ok(parse_mode(&arg.value));
+                if keys.as_ref().is_some_and(|keys| keys.len() > 1) {
+                    errors.push(Error::new(
+                        name,
+                        "`mode` reads or writes one key: lock one `key = \"…\"` with `mode`, or remove `mode` to lock several keys",
+                    ));
+                }
+                if permits.as_ref().is_some_and(Option::is_some) {
+                    errors.push(Error::new(
+                        name,
+                        "`mode` cannot be combined with `permits`: a key is a read-write lock or a semaphore; remove one of them",
+                    ));
+                }
+                if fair {
+                    errors.push(Error::new(
+                        name,
+                        "`mode` cannot be combined with `fair = true`: readers and writers are woken by releases but not queued; remove `fair`",
+                    ));
+                }
+                if replicas > 0 {
+                    errors.push(Error::new(
+                        name,
+                        "`mode` cannot be combined with `replicas`: remove one of them",
+                    ));
+                }
+                mode.map(Some)
+            }
+            None => Some(None),
+        };
+
         let krate = match self.take_value("crate") {
             Some(arg) => errors.ok(parse_crate(&arg.value)),
             None => Some(syn::parse_quote!(::lockmacro_runtime)),
@@ -375,6 +411,7 @@ impl Args {
                 max_hold: max_hold?,
                 replicas,
                 permits: permits?,
+                mode: mode?,
                 krate: krate?,
             })
         })();
@@ -471,6 +508,45 @@ fn parse_fence(value: Expr, params: &Params) -> syn::Result<Fence> {
         ));
     }
     Key::parse(value, params).map(Fence::Key)
+}
+
+/// A read or the write of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+}
+
+fn parse_mode(value: &Expr) -> syn::Result<Mode> {
+    const WRITE: &str =
+        "write `mode = \"read\"` (many readers at once) or `mode = \"write\"` (one writer, alone)";
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => match lit.value().as_str() {
+            "read" => Ok(Mode::Read),
+            "write" => Ok(Mode::Write),
+            other => Err(Error::new(
+                lit.span(),
+                format!("unknown `mode` \"{other}\": {WRITE}"),
+            )),
+        },
+        Expr::Path(path) if path.path.is_ident("read") || path.path.is_ident("write") => {
+            let word = if path.path.is_ident("read") {
+                "read"
+            } else {
+                "write"
+            };
+            Err(Error::new_spanned(
+                value,
+                format!("`mode` takes a string: write `mode = \"{word}\"`"),
+            ))
+        }
+        _ => Err(Error::new_spanned(
+            value,
+            format!("`mode` takes a string: {WRITE}"),
+        )),
+    }
 }
 
 fn parse_permits(value: Expr) -> syn::Result<u32> {
@@ -694,11 +770,11 @@ mod tests {
     fn unknown_argument_lists_the_valid_ones() {
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", timeout = "5s")),
-            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `crate`"
+            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `crate`"
         );
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", type = "x")),
-            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `crate`"
+            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `crate`"
         );
     }
 
@@ -706,7 +782,7 @@ mod tests {
     fn not_an_argument() {
         assert_eq!(
             error(quote!("k")),
-            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `crate`"
+            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `crate`"
         );
         assert_eq!(error(quote!(key "k")), "expected `=`");
         assert_eq!(error(quote!(key = "k" ttl = "1s")), "expected `,`");
@@ -842,7 +918,7 @@ mod tests {
                 wait = 5
             )),
             [
-                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `crate`",
+                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `crate`",
                 "`nope` in key is not a parameter of `transfer`: use one of `self`, `from`, `to`",
                 "`ttl` cannot be zero: write a positive duration, as in `ttl = \"30s\"`",
                 "unknown `on_busy` value \"maybe\": write `on_busy = \"error\"` or `on_busy = \"skip\"`",

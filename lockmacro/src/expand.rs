@@ -9,7 +9,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::Attribute;
 
-use crate::args::{Args, Fence, Plan};
+use crate::args::{Args, Fence, Mode, Plan};
 use crate::errors::Errors;
 use crate::item::{Boxed, Function, Shape};
 use crate::key::Params;
@@ -167,6 +167,11 @@ fn prepare(plan: &Plan) -> TokenStream {
     if let Some(permits) = plan.permits {
         let permits = proc_macro2::Literal::u32_unsuffixed(permits);
         builder.extend(quote!(.permits(#permits)));
+    }
+    match plan.mode {
+        Some(Mode::Read) => builder.extend(quote!(.read())),
+        Some(Mode::Write) => builder.extend(quote!(.write())),
+        None => {}
     }
 
     quote! {

@@ -192,6 +192,26 @@ mod snapshots;
 /// }
 /// ```
 ///
+/// ## `mode = "read"` / `mode = "write"`
+///
+/// A read-write lock: any number of `mode = "read"` bodies at once per key,
+/// or one `mode = "write"` body alone. A writer waiting for readers holds
+/// back the readers that come after it, so a stream of readers cannot starve
+/// it (writer preference). Each read is a lease of its own, renewed, lost
+/// and given back like a lock. A task that holds the write may call a
+/// `mode = "read"` function on the same key (it re-enters); one that holds a
+/// read and calls a `mode = "write"` function gets `LockError::InvalidKey`,
+/// not a deadlock. One `key` only; not with `permits`, `fair = true` or
+/// `replicas`; on one Redis server, a cluster, Sentinel or memory.
+///
+/// ```text
+/// #[distributed_lock(key = "catalog:{id}", ttl = "30s", mode = "read", wait = "5s")]
+/// async fn show(id: u64) -> Result<Catalog, LockError> { … }
+///
+/// #[distributed_lock(key = "catalog:{id}", ttl = "30s", mode = "write", wait = "30s")]
+/// async fn rebuild(id: u64) -> Result<(), LockError> { … }
+/// ```
+///
 /// ## `replicas = 1`
 ///
 /// Where the lock server has replicas (a Redis Cluster, or one server with

@@ -110,4 +110,5 @@ macro_rules! permit_suite {
 permit_suite!(
     a_third_call_skips_while_two_permits_are_held,
     waiting_calls_never_exceed_the_permits,
+    readers_run_together_and_the_writer_alone,
 );

@@ -1,5 +1,6 @@
 //! `permits = N`: at most N bodies at once per key; the others skip or
-//! wait, and a waiter runs once a body ends.
+//! wait, and a waiter runs once a body ends. `mode = "read"` / `"write"`:
+//! readers together, the writer alone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,6 +39,31 @@ impl Api {
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.inside.fetch_sub(1, Ordering::SeqCst);
         Ok(())
+    }
+}
+
+impl Api {
+    #[distributed_lock(key = "catalog:{id}", ttl = "30s", mode = "read", locker = self.locker, on_busy = "skip")]
+    async fn show(&self, id: u64) -> Option<usize> {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let mut go = self.go.subscribe();
+        go.wait_for(|go| *go)
+            .await
+            .expect("the sender lives in `self`");
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        Some(now)
+    }
+
+    #[distributed_lock(key = "catalog:{id}", ttl = "30s", mode = "write", locker = self.locker, on_busy = "skip")]
+    async fn rebuild(&self, id: u64) -> Option<()> {
+        // A read of the same key inside the write re-enters.
+        self.show_inside(id).await
+    }
+
+    #[distributed_lock(key = "catalog:{id}", ttl = "30s", mode = "read", locker = self.locker, on_busy = "skip")]
+    async fn show_inside(&self, id: u64) -> Option<()> {
+        Some(())
     }
 }
 
@@ -90,4 +116,35 @@ pub async fn waiting_calls_never_exceed_the_permits(fx: &Fixture) {
     }
     let most = api.most.load(Ordering::SeqCst);
     assert!(most <= 2, "{most} bodies at once for 2 permits");
+}
+
+pub async fn readers_run_together_and_the_writer_alone(fx: &Fixture) {
+    let api = api(fx).await;
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let api = api.clone();
+            tokio::spawn(async move { api.show(7).await })
+        })
+        .collect();
+    while api.inside.load(Ordering::SeqCst) < 3 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(api.rebuild(7).await, None, "the writer ran beside readers");
+    api.go.send_replace(true);
+    for reader in readers {
+        assert!(
+            reader.await.expect("reader").is_some(),
+            "a reader was skipped"
+        );
+    }
+    assert_eq!(
+        api.most.load(Ordering::SeqCst),
+        3,
+        "the readers did not run together"
+    );
+    assert_eq!(
+        api.rebuild(7).await,
+        Some(()),
+        "the writer, alone, with a read inside"
+    );
 }

@@ -13,6 +13,7 @@ mod logs;
 mod own_connection;
 mod permits;
 mod redis;
+mod rwlock;
 mod wakeup;
 mod watchdog;
 
@@ -115,70 +116,88 @@ behaviour_suite!(
     several_slots_not_on_etcd: [explicit_fence_key_is_used_and_namespaced],
 );
 
-/// One test per case in `permits`, each on a fixture made by `$fixture`.
-macro_rules! permit_cases_on {
-    ($fixture:expr; $($case:ident),* $(,)?) => {
+/// One test per case in `$module` (`permits`, `rwlock`), each on a fixture
+/// made by `$fixture`.
+macro_rules! shared_cases_on {
+    ($module:ident; $fixture:expr; $($case:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let fixture = $fixture;
-                crate::permits::$case(&fixture).await;
+                crate::$module::$case(&fixture).await;
             }
         )*
     };
 }
 
-/// Semaphores on every backend that keeps permits, and the refusal on the
-/// others.
-macro_rules! permit_suite {
-    (kept: [$($case:ident),* $(,)?], refused: [$($refused:ident),* $(,)?] $(,)?) => {
-        mod permits_on_redis {
-            permit_cases_on!(crate::fixture::Fixture::redis().await; $($case,)*);
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn waiter_for_a_permit_sends_nothing_and_is_woken() {
-                let server = crate::support::RedisServer::start();
-                crate::permits::redis_waiter_for_a_permit_sends_nothing_and_is_woken(&server).await;
-            }
+/// Semaphores and read-write locks on every backend that keeps shares, and
+/// the refusal on the others.
+macro_rules! shared_suite {
+    ($module:ident, kept: [$($case:ident),* $(,)?], refused: [$($refused:ident),* $(,)?] $(,)?) => {
+        mod on_redis {
+            shared_cases_on!($module; crate::fixture::Fixture::redis().await; $($case,)*);
         }
 
-        mod permits_on_cluster {
-            permit_cases_on!(crate::fixture::Fixture::cluster().await; $($case,)*);
+        mod on_cluster {
+            shared_cases_on!($module; crate::fixture::Fixture::cluster().await; $($case,)*);
         }
 
-        mod permits_on_sentinel {
-            permit_cases_on!(crate::fixture::Fixture::sentinel().await; $($case,)*);
+        mod on_sentinel {
+            shared_cases_on!($module; crate::fixture::Fixture::sentinel().await; $($case,)*);
         }
 
-        mod permits_on_memory {
-            permit_cases_on!(crate::fixture::Fixture::memory(); $($case,)*);
+        mod on_memory {
+            shared_cases_on!($module; crate::fixture::Fixture::memory(); $($case,)*);
         }
 
-        mod permits_on_redlock {
-            permit_cases_on!(crate::fixture::Fixture::redlock().await; $($refused,)*);
+        mod on_redlock {
+            shared_cases_on!($module; crate::fixture::Fixture::redlock().await; $($refused,)*);
         }
 
         #[cfg(feature = "etcd")]
-        mod permits_on_etcd {
-            permit_cases_on!(crate::fixture::Fixture::etcd().await; $($refused,)*);
+        mod on_etcd {
+            shared_cases_on!($module; crate::fixture::Fixture::etcd().await; $($refused,)*);
         }
 
-        mod permits_on_a_backend_written_outside_the_crate {
-            permit_cases_on!(crate::fixture::Fixture::outside(); $($refused,)*);
+        mod on_a_backend_written_outside_the_crate {
+            shared_cases_on!($module; crate::fixture::Fixture::outside(); $($refused,)*);
         }
     };
 }
 
-permit_suite!(
-    kept: [
-        at_most_n_holders_and_a_release_frees_one,
-        a_permit_is_refreshed_measured_and_kept_alive,
-        a_dead_holders_permit_comes_back_after_its_ttl_never_sooner,
-        fence_tokens_strictly_increase_across_permits,
-        a_waiter_for_a_permit_is_woken_by_a_release,
-        holders_never_exceed_the_permits,
-        misuses_are_refused_before_anything_is_sent,
-        a_lock_and_a_semaphore_cannot_share_a_key,
-    ],
-    refused: [permits_are_refused_where_the_backend_keeps_none],
-);
+mod permits_on {
+    shared_suite!(
+        permits,
+        kept: [
+            at_most_n_holders_and_a_release_frees_one,
+            a_permit_is_refreshed_measured_and_kept_alive,
+            a_dead_holders_permit_comes_back_after_its_ttl_never_sooner,
+            fence_tokens_strictly_increase_across_permits,
+            a_waiter_for_a_permit_is_woken_by_a_release,
+            holders_never_exceed_the_permits,
+            misuses_are_refused_before_anything_is_sent,
+            a_lock_and_a_semaphore_cannot_share_a_key,
+        ],
+        refused: [permits_are_refused_where_the_backend_keeps_none],
+    );
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_waiter_for_a_permit_sends_nothing_and_is_woken() {
+        let server = crate::support::RedisServer::start();
+        crate::permits::redis_waiter_for_a_permit_sends_nothing_and_is_woken(&server).await;
+    }
+}
+
+mod read_write_on {
+    shared_suite!(
+        rwlock,
+        kept: [
+            readers_share_the_key_and_the_writer_is_alone,
+            a_waiting_writer_is_not_starved_by_new_readers,
+            a_dead_readers_share_comes_back_after_its_ttl,
+            the_writer_may_read_but_a_reader_may_not_upgrade,
+            no_reader_or_writer_is_ever_beside_a_writer,
+        ],
+        refused: [read_write_locks_are_refused_where_the_backend_keeps_none],
+    );
+}

@@ -7,13 +7,13 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use super::redis::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_PERMIT, ACQUIRE_PERMIT_LUA,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED, ACQUIRE_SHARED_LUA,
     CONFIRM, CONFIRM_LUA, Companions, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY,
     REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
     acknowledged_acquire_pipe, acknowledged_outcome, acquire_args, acquire_fair_args,
-    acquire_permit_args, acquired, backend_error, check_replica_timeout, millis, not_a_fence,
-    not_permits, open_client, plain_outcome, plain_set, prepare_tls, pttl, redact,
-    refresh_many_cmd, refreshed, release_args,
+    acquire_shared_args, acquired, backend_error, check_replica_timeout, millis, not_a_fence,
+    not_shares, open_client, plain_outcome, plain_set, prepare_tls, pttl, redact, refresh_many_cmd,
+    refreshed, release_args,
 };
 use super::slot::{check_same_slot, slot};
 use super::{
@@ -583,13 +583,13 @@ impl Backend for ClusterBackend {
             }
             let mut keys = req.keys.to_vec();
             keys.extend(req.fence_key.map(str::to_owned));
-            if let Some(permits) = req.permits {
+            if let Some(share) = req.share {
                 let args =
-                    acquire_permit_args(&req, permits, &self.fence_expiry, Companions::SameSlot);
-                let script = (&*ACQUIRE_PERMIT, ACQUIRE_PERMIT_LUA);
+                    acquire_shared_args(&req, share, &self.fence_expiry, Companions::SameSlot);
+                let script = (&*ACQUIRE_SHARED, ACQUIRE_SHARED_LUA);
                 let reply: Result<Vec<i64>, _> = self.invoke("obtain", &keys, script, &args).await;
                 let reply = reply
-                    .map_err(|err| not_permits(err, &req.keys[0]))
+                    .map_err(|err| not_shares(err, &req.keys[0]))
                     .map_err(|err| not_a_fence(err, req.fence_key))?;
                 return acquired(&reply, req.fence_key.is_some(), &self.name);
             }
@@ -737,7 +737,7 @@ impl Backend for ClusterBackend {
         true
     }
 
-    fn keeps_permits(&self) -> bool {
+    fn keeps_shares(&self) -> bool {
         true
     }
 }

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::{
     AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
-    TOKEN_LEN,
+    Share, TOKEN_LEN,
 };
 use crate::LockError;
 
@@ -44,8 +44,11 @@ pub struct MemoryBackend {
 #[derive(Debug)]
 struct State {
     leases: HashMap<String, Lease>,
-    /// Semaphores: the permits held on each key, in no order.
+    /// Shared keys: the permits, reads or write held on each, in no order.
     permits: HashMap<String, Vec<Permit>>,
+    /// Read-write keys with a writer waiting for their readers: until when
+    /// readers that come after it wait behind it.
+    writing: HashMap<String, Instant>,
     fences: HashMap<String, Fence>,
     /// How long a counter is kept after its last use.
     fence_expiry: Duration,
@@ -76,6 +79,7 @@ impl Default for State {
         State {
             leases: HashMap::new(),
             permits: HashMap::new(),
+            writing: HashMap::new(),
             fences: HashMap::new(),
             fence_expiry: super::DEFAULT_FENCE_EXPIRY,
             fence_floor: 0,
@@ -117,11 +121,13 @@ struct Lease {
     expires: Instant,
 }
 
-/// One permit of a semaphore: its holder's token and when it expires.
+/// One share of a key (a permit, a read, or the write): its holder's token
+/// and when it expires.
 #[derive(Debug)]
 struct Permit {
     token: String,
     expires: Instant,
+    writer: bool,
 }
 
 /// What a token holds on a key.
@@ -192,6 +198,7 @@ impl State {
                 permits.retain(|permit| permit.expires > now);
                 !permits.is_empty()
             });
+            self.writing.retain(|_, until| *until > now);
             self.swept_at = self.leases.len() + self.permits.len();
         }
     }
@@ -220,12 +227,11 @@ impl State {
             .then_some(Held::Permit)
     }
 
-    /// As `acquire_permit.lua`: one of `permits` permits on the request's
-    /// key.
-    fn acquire_permit(
+    /// As `acquire_shared.lua`: a share of the request's key.
+    fn acquire_shared(
         &mut self,
         req: &AcquireRequest<'_>,
-        permits: u32,
+        share: Share,
     ) -> Result<Acquired, LockError> {
         let now = Instant::now();
         self.sweep(now);
@@ -235,18 +241,22 @@ impl State {
         if self.live(key, now).is_some() || self.counter(key, now).is_some() {
             return Err(LockError::InvalidKey {
                 key: key.clone(),
-                reason: "the key holds something other than permits (a lock taken without \
-                         `permits`, or a fence counter); a semaphore needs a key of its own, \
-                         e.g. `<key>:permits`"
+                reason: "the key holds something other than permits or read-write shares (a \
+                         lock taken without them, or a fence counter); a semaphore or a \
+                         read-write lock needs a key of its own, e.g. `<key>:shared`"
                     .into(),
             });
         }
         let token = req.token();
         let expires = now + req.ttl;
+        if self.writing.get(key).is_some_and(|until| *until <= now) {
+            self.writing.remove(key);
+        }
+        let writing = self.writing.get(key).copied();
         let held = self.permits.entry(key.clone()).or_default();
         held.retain(|permit| permit.expires > now);
         if let Some(mine) = held.iter_mut().find(|permit| permit.token == token) {
-            // A retry after a lost reply: the same permit, extended.
+            // A retry after a lost reply: the same share, extended.
             mine.expires = expires;
             let fence = req.fence_key.map(|fence_key| {
                 self.counter(fence_key, now)
@@ -254,16 +264,46 @@ impl State {
             });
             return Ok(Acquired::Obtained { fence });
         }
-        if held.len() >= usize::try_from(permits).unwrap_or(usize::MAX) {
-            let first = held.iter().map(|permit| permit.expires).min();
-            return Ok(Acquired::Busy {
-                index: 0,
-                remaining: first.map(|first| first - now),
-            });
+        let first = held.iter().map(|permit| permit.expires).min();
+        let busy = |until: Option<Instant>| Acquired::Busy {
+            index: 0,
+            remaining: until.map(|until| until.saturating_duration_since(now)),
+        };
+        match share {
+            Share::Permits(permits) => {
+                if held.len() >= usize::try_from(permits).unwrap_or(usize::MAX) {
+                    return Ok(busy(first));
+                }
+            }
+            Share::Write => {
+                if let Some(first) = first {
+                    // Readers hold it: a writer that will wait holds back
+                    // the ones that come after it until its next attempt is
+                    // due.
+                    let mark = first + Duration::from_secs(1);
+                    if req.wait && writing.is_none_or(|until| until < mark) {
+                        self.writing.insert(key.clone(), mark);
+                    }
+                    return Ok(busy(Some(first)));
+                }
+                self.writing.remove(key);
+            }
+            Share::Read => {
+                if let [only] = held.as_slice()
+                    && only.writer
+                {
+                    return Ok(busy(Some(only.expires)));
+                }
+                if writing.is_some() {
+                    return Ok(busy(writing));
+                }
+            }
         }
+        let held = self.permits.entry(key.clone()).or_default();
         held.push(Permit {
             token: token.to_owned(),
             expires,
+            writer: share == Share::Write,
         });
         let fence = req
             .fence_key
@@ -574,8 +614,8 @@ impl Backend for MemoryBackend {
         req: AcquireRequest<'a>,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         let mut state = self.state();
-        match (req.permits, req.queue_for) {
-            (Some(permits), _) => ready(state.acquire_permit(&req, permits)),
+        match (req.share, req.queue_for) {
+            (Some(share), _) => ready(state.acquire_shared(&req, share)),
             (None, Some(wait)) => ready(state.acquire_fair(&req, wait)),
             (None, None) => ready(state.acquire(&req)),
         }
@@ -661,7 +701,7 @@ impl Backend for MemoryBackend {
         Some(self)
     }
 
-    fn keeps_permits(&self) -> bool {
+    fn keeps_shares(&self) -> bool {
         true
     }
 }

@@ -92,9 +92,24 @@ pub struct AcquireRequest<'a> {
     /// last attempt that found the waiter in line, so that the waiter knows
     /// from when the lease runs.
     pub attempt: u32,
-    /// `Some(n)`: take one of `n` permits of the one key (a semaphore; see
-    /// [`Backend::keeps_permits`]) rather than the key itself.
-    pub permits: Option<u32>,
+    /// `Some(share)`: take a share of the one key (one of its permits, or a
+    /// read or the write of a read-write lock; see
+    /// [`Backend::keeps_shares`]) rather than the key itself.
+    pub share: Option<Share>,
+}
+
+/// A share of a key, as opposed to the whole key: see
+/// [`AcquireRequest::share`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Share {
+    /// One of this many permits: a semaphore.
+    Permits(u32),
+    /// A read of a read-write lock: many readers at once, no writer.
+    Read,
+    /// The write of a read-write lock: alone, ahead of readers that come
+    /// after it.
+    Write,
 }
 
 impl<'a> AcquireRequest<'a> {
@@ -128,7 +143,7 @@ impl<'a> AcquireRequest<'a> {
             replica_timeout: Duration::ZERO,
             wait: false,
             attempt: 0,
-            permits: None,
+            share: None,
         }
     }
 
@@ -138,9 +153,9 @@ impl<'a> AcquireRequest<'a> {
         self
     }
 
-    /// One of `permits` permits: see [`AcquireRequest::permits`].
-    pub fn permits(mut self, permits: u32) -> Self {
-        self.permits = Some(permits);
+    /// A share of the key: see [`AcquireRequest::share`].
+    pub fn share(mut self, share: Share) -> Self {
+        self.share = Some(share);
         self
     }
 
@@ -158,7 +173,7 @@ impl<'a> AcquireRequest<'a> {
             && self.fence_key.is_none()
             && self.queue_for.is_none()
             && self.replicas == 0
-            && self.permits.is_none()
+            && self.share.is_none()
             && !self.wait
     }
 
@@ -348,14 +363,14 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
-    /// True when the backend honours [`AcquireRequest::permits`]: it keeps
-    /// up to that many leases on one key, each refreshed, released and
-    /// measured through the same [`refresh`](Self::refresh),
-    /// [`release`](Self::release) and [`remaining`](Self::remaining) calls
-    /// as a lock, by key and token. False by default: a
-    /// [`Locker`](crate::Locker) refuses permits on such a backend rather
-    /// than let it take the whole key.
-    fn keeps_permits(&self) -> bool {
+    /// True when the backend honours [`AcquireRequest::share`]: it keeps
+    /// several leases on one key (permits, reads, or the write alone), each
+    /// refreshed, released and measured through the same
+    /// [`refresh`](Self::refresh), [`release`](Self::release) and
+    /// [`remaining`](Self::remaining) calls as a lock, by key and token.
+    /// False by default: a [`Locker`](crate::Locker) refuses shares on such
+    /// a backend rather than let it take the whole key.
+    fn keeps_shares(&self) -> bool {
         false
     }
 }
@@ -690,8 +705,8 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         (**self).acknowledges_replicas()
     }
 
-    fn keeps_permits(&self) -> bool {
-        (**self).keeps_permits()
+    fn keeps_shares(&self) -> bool {
+        (**self).keeps_shares()
     }
 }
 

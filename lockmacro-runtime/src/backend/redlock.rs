@@ -614,7 +614,7 @@ impl Backend for RedlockBackend {
                             // master, as cheap as on one server.
                             wait,
                             attempt: 0,
-                            permits: None,
+                            share: None,
                         };
                         Ok(match backend.acquire(req).await? {
                             Acquired::Obtained { fence } => Answer::Yes(fence),

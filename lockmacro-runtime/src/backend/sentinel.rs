@@ -807,7 +807,7 @@ impl Backend for SentinelBackend {
         true
     }
 
-    fn keeps_permits(&self) -> bool {
+    fn keeps_shares(&self) -> bool {
         true
     }
 }

@@ -8,7 +8,7 @@ use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
 use super::config::RedisConfig;
 use super::errors::{TLS_SILENCE, backend_error, redact};
 use super::protocol::{
-    ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_PERMIT_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
+    ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
     RELEASE_LUA, REMAINING_LUA,
 };
 use crate::LockError;
@@ -144,7 +144,7 @@ pub(in crate::backend) async fn preload(mut conn: ConnectionManager, timeout: Du
     for source in [
         ACQUIRE_LUA,
         ACQUIRE_FAIR_LUA,
-        ACQUIRE_PERMIT_LUA,
+        ACQUIRE_SHARED_LUA,
         CONFIRM_LUA,
         REFRESH_LUA,
         RELEASE_LUA,

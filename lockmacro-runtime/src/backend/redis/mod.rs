@@ -16,11 +16,11 @@ pub(super) use self::connect::{enable_tls, manager_for, open_client, prepare_tls
 pub(crate) use self::errors::{backend_error, redact};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::protocol::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_PERMIT, ACQUIRE_PERMIT_LUA,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED, ACQUIRE_SHARED_LUA,
     CONFIRM, CONFIRM_LUA, Companions, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY,
     REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, acknowledged_acquire_pipe,
-    acknowledged_outcome, acquire_args, acquire_fair_args, acquire_permit_args, acquired,
-    check_replica_timeout, millis, not_a_fence, not_permits, plain_outcome, plain_set, pttl,
+    acknowledged_outcome, acquire_args, acquire_fair_args, acquire_shared_args, acquired,
+    check_replica_timeout, millis, not_a_fence, not_shares, plain_outcome, plain_set, pttl,
     refresh_many_cmd, refreshed, release_args,
 };
 pub(super) use self::wakeups::Wakeups;
@@ -301,13 +301,13 @@ impl Backend for RedisBackend {
                 }
             }
             let expiry = self.fence_expiry.as_str();
-            let reply: Result<Vec<i64>, LockError> = if let Some(permits) = req.permits {
+            let reply: Result<Vec<i64>, LockError> = if let Some(share) = req.share {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
-                let args = acquire_permit_args(&req, permits, expiry, Companions::Derived);
-                self.invoke("obtain", &keys, &ACQUIRE_PERMIT, &args)
+                let args = acquire_shared_args(&req, share, expiry, Companions::Derived);
+                self.invoke("obtain", &keys, &ACQUIRE_SHARED, &args)
                     .await
-                    .map_err(|err| not_permits(err, &req.keys[0]))
+                    .map_err(|err| not_shares(err, &req.keys[0]))
                     .map_err(|err| not_a_fence(err, req.fence_key))
             } else if let Some(wait) = req.queue_for {
                 let mut keys = vec![req.keys[0].clone()];
@@ -416,7 +416,7 @@ impl Backend for RedisBackend {
         true
     }
 
-    fn keeps_permits(&self) -> bool {
+    fn keeps_shares(&self) -> bool {
         true
     }
 }

@@ -9,7 +9,7 @@ use redis::Script;
 use super::errors::backend_error;
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Acquired, RefreshRequest, derived_queue_key, derived_waiters_key,
+    AcquireRequest, Acquired, RefreshRequest, Share, derived_queue_key, derived_waiters_key,
 };
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -28,10 +28,10 @@ pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
     include_str!("../scripts/acquire_fair.lua")
 );
 
-pub(in crate::backend) const ACQUIRE_PERMIT_LUA: &str = concat!(
+pub(in crate::backend) const ACQUIRE_SHARED_LUA: &str = concat!(
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
-    include_str!("../scripts/acquire_permit.lua")
+    include_str!("../scripts/acquire_shared.lua")
 );
 
 pub(in crate::backend) const REFRESH_LUA: &str = concat!(
@@ -70,8 +70,8 @@ pub(in crate::backend) static ACQUIRE: LazyLock<Script> =
 pub(in crate::backend) static ACQUIRE_FAIR: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
 
-pub(in crate::backend) static ACQUIRE_PERMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(ACQUIRE_PERMIT_LUA));
+pub(in crate::backend) static ACQUIRE_SHARED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_SHARED_LUA));
 
 pub(in crate::backend) static REFRESH: LazyLock<Script> =
     LazyLock::new(|| Script::new(REFRESH_LUA));
@@ -206,18 +206,23 @@ pub(in crate::backend) fn acquire_args(
     args
 }
 
-/// The arguments of the permit script (`acquire_permit.lua`) for `req`,
-/// one of `permits`, whose keys are its one key with the fence key after it.
-pub(in crate::backend) fn acquire_permit_args(
+/// The arguments of the shares script (`acquire_shared.lua`) for `req`,
+/// taking `share`, whose keys are its one key with the fence key after it.
+pub(in crate::backend) fn acquire_shared_args(
     req: &AcquireRequest<'_>,
-    permits: u32,
+    share: Share,
     fence_expiry: &str,
     companions: Companions,
 ) -> Vec<String> {
+    let kind = match share {
+        Share::Permits(permits) => permits.to_string(),
+        Share::Read => "read".to_owned(),
+        Share::Write => "write".to_owned(),
+    };
     let mut args = vec![
         req.value.to_owned(),
         millis(req.ttl),
-        permits.to_string(),
+        kind,
         fence_expiry.to_owned(),
     ];
     if req.wait {
@@ -328,17 +333,17 @@ pub(in crate::backend) fn not_a_fence(err: LockError, fence_key: Option<&str>) -
     }
 }
 
-/// The error of the permit script for a key that holds something else
-/// (`NOTPERMITS`, from `acquire_permit.lua`), as [`LockError::InvalidKey`];
+/// The error of the shares script for a key that holds something else
+/// (`NOTSHARES`, from `acquire_shared.lua`), as [`LockError::InvalidKey`];
 /// any other error as it is.
-pub(in crate::backend) fn not_permits(err: LockError, key: &str) -> LockError {
+pub(in crate::backend) fn not_shares(err: LockError, key: &str) -> LockError {
     match &err {
-        LockError::Backend(backend) if backend.to_string().contains("NOTPERMITS") => {
+        LockError::Backend(backend) if backend.to_string().contains("NOTSHARES") => {
             LockError::InvalidKey {
                 key: key.to_owned(),
-                reason: "the key holds something other than permits (a lock taken without \
-                         `permits`, or another client's data); a semaphore needs a key of its \
-                         own, e.g. `<key>:permits`"
+                reason: "the key holds something other than permits or read-write shares (a \
+                         lock taken without them, or another client's data); a semaphore or a \
+                         read-write lock needs a key of its own, e.g. `<key>:shared`"
                     .into(),
             }
         }

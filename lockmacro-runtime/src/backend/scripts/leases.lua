@@ -1,16 +1,27 @@
 -- Prepended to the scripts that refresh, release or measure leases. A lease
 -- on a key is either a lock, the key itself as a string whose value starts
--- with the owner's token, or one permit of a semaphore (see
--- acquire_permit.lua): the owner's token as a member of the sorted set at
--- the key, scored with the permit's expiry in server milliseconds. Both are
+-- with the owner's token, or a share of one (see acquire_shared.lua): a
+-- permit of a semaphore or a read, the owner's token as a member of the
+-- sorted set at the key, or the write, 'w:' and the token, each scored with
+-- its expiry in server milliseconds. Both are
 -- found from the key and the token alone, so the watchdog, refresh and
 -- release need not know which a lease is.
 --
--- held(key, token) is 'lock' or 'permit' when the owner of `token` holds
--- that lease on `key`, else nil. extend(key, token, ttl, kind) makes it last
+-- held(key, token) is 'lock', 'permit' (a permit or a read: see
+-- acquire_shared.lua) or 'write' when the owner of `token` holds that lease
+-- on `key`, else nil. extend(key, token, ttl, kind) makes it last
 -- `ttl` ms from now. A permit keeps its set alive at least as long as
 -- itself, so that a set whose holders all died goes with their last permit.
 local clock_ms
+
+-- The member of a share: the token for a permit or a read, 'w:' and the
+-- token for the write.
+local function share_member(token, kind)
+  if kind == 'write' then
+    return 'w:' .. token
+  end
+  return token
+end
 
 local function server_now()
   if not clock_ms then
@@ -28,23 +39,25 @@ local function held(key, token)
     end
     return nil
   end
-  -- GET fails on any other type; only a sorted set holds permits.
+  -- GET fails on any other type; only a sorted set holds shares.
   if type(value) == 'table' then
-    local expires = redis.pcall('ZSCORE', key, token)
-    if type(expires) == 'string' and tonumber(expires) > server_now() then
-      return 'permit'
+    for _, kind in ipairs({'permit', 'write'}) do
+      local expires = redis.pcall('ZSCORE', key, share_member(token, kind))
+      if type(expires) == 'string' and tonumber(expires) > server_now() then
+        return kind
+      end
     end
   end
   return nil
 end
 
 local function extend(key, token, ttl, kind)
-  if kind == 'permit' then
-    redis.call('ZADD', key, 'XX', server_now() + ttl, token)
-    if redis.call('PTTL', key) < ttl then
-      redis.call('PEXPIRE', key, ttl)
-    end
-  else
+  if kind == 'lock' then
+    redis.call('PEXPIRE', key, ttl)
+    return
+  end
+  redis.call('ZADD', key, 'XX', server_now() + ttl, share_member(token, kind))
+  if redis.call('PTTL', key) < ttl then
     redis.call('PEXPIRE', key, ttl)
   end
 end

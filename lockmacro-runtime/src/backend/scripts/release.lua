@@ -1,10 +1,10 @@
 -- Deletes each of KEYS[*] still held by token ARGV[1] (a lock, or takes
--- back a permit: see leases.lua); keys held by someone else are left alone. ARGV[1 + i] names the waiters flag of
--- KEYS[i] (see waiters.lua), in KEYS[i]'s cluster slot, or is empty when
--- the key can have none; the flag and the queue of fair waiters (see
--- acquire_fair.lua) are not declared, so that a release touches one
--- declared key per lock key, as before queues, while a cluster slot
--- migrates. Returns 1 if all were ours, else 0.
+-- back a share: see leases.lua); keys held by someone else are left alone.
+-- ARGV[1 + i] names the waiters flag of KEYS[i] (see waiters.lua), in
+-- KEYS[i]'s cluster slot, or is empty when the key can have none; the flag
+-- and the queue of fair waiters (see acquire_fair.lua) are not declared, so
+-- that a release touches one declared key per lock key, as before queues,
+-- while a cluster slot migrates. Returns 1 if all were ours, else 0.
 -- When the flag says nobody waits, that is all: GET and DEL, and one GET of
 -- the flag (see waiters.lua for why no waiter is missed). Else
 -- (release_announce.lua) a deleted key whose queue has a live waiter is
@@ -21,12 +21,12 @@ local all = 1
 local awaited
 for i = 1, #KEYS do
   local key, flag = KEYS[i], ARGV[1 + i] or ''
-  -- A lock or a permit (see leases.lua).
+  -- A lock or a share (see leases.lua).
   local owned = held(key, token)
   if owned == 'lock' then
     redis.call('DEL', key)
-  elseif owned == 'permit' then
-    redis.call('ZREM', key, token)
+  elseif owned then
+    redis.call('ZREM', key, share_member(token, owned))
   else
     all = 0
   end

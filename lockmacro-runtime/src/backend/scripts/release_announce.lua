@@ -67,7 +67,8 @@ local function leave(queue)
 end
 
 for _, pair in ipairs(awaited) do
-  -- `owned`: 'lock', 'permit' (waiters for permits do not queue) or nil.
+  -- `owned`: 'lock', a share ('permit', 'write': their waiters do not
+  -- queue) or nil.
   local i, owned = pair[1], pair[2]
   local key, flag = KEYS[i], ARGV[1 + i]
   -- The queue is named as the flag is, with another suffix (see
@@ -77,7 +78,7 @@ for _, pair in ipairs(awaited) do
     queue = string.sub(flag, 1, -#'waiters' - 1) .. 'queue'
   end
   if owned then
-    if queue == '' or owned == 'permit' or not hand_over(key, queue) then
+    if queue == '' or owned ~= 'lock' or not hand_over(key, queue) then
       redis.pcall('PUBLISH', 'lockmacro:released:' .. key, '')
     end
   elseif queue ~= '' then

@@ -9,8 +9,8 @@ for i = 1, #KEYS do
     return -2
   end
   local left
-  if kind == 'permit' then
-    left = tonumber(redis.call('ZSCORE', KEYS[i], token)) - server_now()
+  if kind ~= 'lock' then
+    left = tonumber(redis.call('ZSCORE', KEYS[i], share_member(token, kind))) - server_now()
   else
     left = redis.call('PTTL', KEYS[i])
   end

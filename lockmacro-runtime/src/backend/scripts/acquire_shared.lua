@@ -1,0 +1,127 @@
+-- Takes a share of KEYS[1] for ARGV[2] ms, for the owner of the token that
+-- starts ARGV[1]: one of ARGV[3] permits (a semaphore) when ARGV[3] is a
+-- number, else a read ('read') or the write ('write') of a read-write lock.
+-- KEYS[2], when present, is the fence counter: incremented (next_fence, from
+-- fence.lua), returned, and kept for ARGV[4] ms after this use. ARGV[5] =
+-- '1' when the caller listens for releases and will wait, then ARGV[6] is
+-- the key's waiters flag (see waiters.lua), which a busy answer sets.
+--
+-- The key is a sorted set: one member per share held, scored with when it
+-- expires (server time, ms). A permit or a read is the holder's token; the
+-- write is 'w:' followed by the writer's token, and is only ever alone in
+-- the set. A writer that finds readers and will wait for them leaves the
+-- member 'writing', scored with when its next attempt is due (plus a
+-- margin), and readers that come after it wait behind it: a stream of
+-- readers cannot starve a writer. Shares past their
+-- expiry are dropped before counting, so a holder that died gives its share
+-- back after its ttl, never sooner. The set expires with its longest share.
+--
+-- Returns {1, fence or 0} when taken, {0, 1, ms} when not, ms being how
+-- long until the first share in the way expires. Taking a share this token
+-- already holds succeeds (a retry whose reply was lost) and extends it. A
+-- key that holds anything but shares (a lock of the same name) is refused
+-- before anything is written, with NOTSHARES.
+local key, counter = KEYS[1], KEYS[2]
+local token = string.sub(ARGV[1], 1, 32)
+local ttl, kind = tonumber(ARGV[2]), ARGV[3]
+local member = token
+if kind == 'write' then
+  member = 'w:' .. token
+end
+
+if counter then
+  local refused = fence_error(counter, KEYS, 1)
+  if refused then
+    return refused
+  end
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local dropped = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now)
+if type(dropped) == 'table' and dropped.err then
+  return redis.error_reply('NOTSHARES the key holds something other than permits or ' ..
+    'read-write shares (a lock taken without them, or another client\'s data)')
+end
+
+local function keep()
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+local function taken(fence)
+  keep()
+  return {1, fence}
+end
+
+if redis.call('ZSCORE', key, member) then
+  redis.call('ZADD', key, 'XX', now + ttl, member)
+  if counter then
+    return taken(tonumber(redis.call('GET', counter) or 0))
+  end
+  return taken(0)
+end
+
+local function busy(until_ms)
+  local left = math.max(until_ms - now, 0)
+  if ARGV[5] == '1' then
+    mark_waiting(ARGV[6], left + WAIT_MARGIN)
+  end
+  return {0, 1, left}
+end
+
+-- The first share's expiry and the number of shares, the writer's waiting
+-- mark left out.
+local writing = tonumber(redis.call('ZSCORE', key, 'writing') or 0)
+local shares = redis.call('ZCARD', key)
+if writing > 0 then
+  shares = shares - 1
+end
+local function first()
+  local entries = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    if entries[i] ~= 'writing' then
+      return tonumber(entries[i + 1])
+    end
+  end
+  return now
+end
+
+if kind == 'write' then
+  if shares > 0 then
+    -- Readers (or another writer) hold it. A writer that will wait holds
+    -- new readers back until its next attempt is due; one that gives up
+    -- leaves them held back until then, no longer.
+    local until_ms = first()
+    local mark = until_ms + WAIT_MARGIN
+    if ARGV[5] == '1' and mark > writing then
+      redis.call('ZADD', key, mark, 'writing')
+      keep()
+    end
+    return busy(until_ms)
+  end
+  redis.call('ZREM', key, 'writing')
+elseif kind == 'read' then
+  if shares == 1 then
+    local only = redis.call('ZRANGE', key, 0, -1)
+    for _, held in ipairs(only) do
+      if string.sub(held, 1, 2) == 'w:' then
+        return busy(tonumber(redis.call('ZSCORE', key, held)))
+      end
+    end
+  end
+  if writing > 0 then
+    return busy(writing)
+  end
+else
+  if shares >= tonumber(kind) then
+    return busy(first())
+  end
+end
+
+redis.call('ZADD', key, now + ttl, member)
+if counter then
+  return taken(next_fence(counter, ARGV[4]))
+end
+return taken(0)
