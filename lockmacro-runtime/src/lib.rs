@@ -281,6 +281,35 @@
 //! permits; Redlock and etcd refuse them, as they refuse `fair` and
 //! `replicas`, before anything is sent.
 //!
+//! ## Read-write locks
+//!
+//! [`ObtainOptions::read`] and [`ObtainOptions::write`] (the attribute's
+//! `mode = "read"` / `"write"`) share a key among any number of readers, or
+//! give it to one writer alone. A writer waiting for readers holds back the
+//! readers that come after it (writer preference), so a stream of readers
+//! cannot starve it. Each read is a lease of its own, as a permit is, on the
+//! same backends. Inside [`Locker::hold`] (and the attribute), a task that
+//! holds the write may read the same key, which re-enters; a task that holds
+//! a read and asks for the write is refused with [`LockError::InvalidKey`],
+//! as two readers upgrading would wait for each other for ever.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::{HoldOptions, Locker};
+//!
+//! let locker = Locker::memory();
+//! let ttl = Duration::from_secs(30);
+//! let rebuilt = locker
+//!     .hold(["catalog"], HoldOptions::new(ttl).write(), |_| async {
+//!         // Readers wait while the writer rebuilds; a read inside re-enters.
+//!         locker.hold(["catalog"], HoldOptions::new(ttl).read(), |_| async { "rebuilt" }).await
+//!     })
+//!     .await??;
+//! assert_eq!(rebuilt, "rebuilt");
+//! # Ok(()) }
+//! ```
+//!
 //! ## Fencing tokens
 //!
 //! A lease is not a mutex: a holder paused longer than its ttl (a GC pause, a
