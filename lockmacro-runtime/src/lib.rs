@@ -426,6 +426,7 @@
 pub mod backend;
 #[cfg(doctest)]
 mod doc_examples;
+mod election;
 mod error;
 mod fenced;
 mod global;
@@ -451,6 +452,7 @@ pub use crate::backend::{EtcdBackend, EtcdConfig};
 pub use crate::backend::{
     MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, SentinelBackend,
 };
+pub use crate::election::{Election, Leadership, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};
