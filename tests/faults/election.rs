@@ -155,6 +155,7 @@ async fn stopped_leader_does_not_act_in_its_old_term_and_its_stale_write_is_refu
     // act due when the timer fires is the first thing it would do once
     // resumed, and its watchdog is stopped too.
     signal(&leader.0, libc::SIGSTOP);
+    let stopped = tokio::time::Instant::now();
     let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
     let store = server.expect_ok(FencedStore::connect(&server.url()).await, "store");
     let election = locker.election(ROLE, TTL).metadata("parent");
@@ -163,6 +164,10 @@ async fn stopped_leader_does_not_act_in_its_old_term_and_its_stale_write_is_refu
         .expect("not elected once the stopped leader's lease ran out");
     let parent = server.expect_ok(parent, "the parent's campaign");
     let second = parent.term();
+    println!(
+        "elected {:?} after the leader was stopped (ttl {TTL:?})",
+        stopped.elapsed()
+    );
     act(&server, second, "parent", 0);
     assert!(
         server.expect_ok(store.set(RESOURCE, "parent", second).await, "fenced write"),
