@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{BackendErrorKind, LockError, LockGuard, Locker, ObtainOptions, RetryStrategy};
+use crate::{
+    BackendError, BackendErrorKind, LockError, LockGuard, Locker, ObtainOptions, RetryStrategy,
+};
 
 /// How long a fair candidate stands in the role's queue before it queues
 /// again (at the back): a place in a queue lapses at its obtain's deadline,
@@ -83,7 +85,7 @@ impl Locker {
 ///   for as long as the campaign lasts: a follower waits through an outage.
 ///   Errors that trying again cannot cure are returned: an invalid role, ttl
 ///   or refresh period, refused credentials, a missing permission, a TLS
-///   failure.
+///   failure, a custom backend that mints no fencing tokens.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -183,9 +185,17 @@ impl Election {
                 .await
             {
                 Ok(lock) => {
-                    let term = lock
-                        .fence_token()
-                        .expect("a role is obtained with a fencing token");
+                    let Some(term) = lock.fence_token() else {
+                        // Given back in the background as the lock drops.
+                        return Err(BackendError::new(
+                            BackendErrorKind::Unsupported,
+                            format!("campaign for `{}`", self.role),
+                            "the backend minted no fencing token with the role, and a term is \
+                             one; an election needs a backend that honours \
+                             `AcquireRequest::fence_key`",
+                        )
+                        .into());
+                    };
                     let guard = lock.keep_alive_every(period)?;
                     tracing::debug!(target: "lockmacro", role = %self.role, term, "elected");
                     return Ok(Leadership {
