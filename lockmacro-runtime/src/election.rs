@@ -68,7 +68,10 @@ impl Locker {
 ///   refresh was *sent*, less the backend's drift margin; the key expires on
 ///   the server no earlier than the ttl after that refresh arrived. So the
 ///   leader's [`lost`](Leadership::lost) completes, and [`run`](Self::run)
-///   drops its future, before another candidate can take the role.
+///   drops its future, before another candidate can take the role, unless
+///   the leader's process stalls for longer than that margin (by default 1%
+///   of the ttl plus 2 ms) just then: one more reason to write with the
+///   term.
 /// - **Followers wait without polling.** A candidate that finds the role
 ///   held listens for its release (Redis pub/sub, an etcd watch, in-process
 ///   on the memory backend) and sends nothing until it is released or the
