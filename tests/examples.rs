@@ -271,3 +271,51 @@ fn axum_on_redis_answers_its_self_test() {
     let output = axum(Some(&server));
     assert!(output.contains("Locks on Redis"), "{output}");
 }
+
+fn scheduler(redis: Option<&RedisServer>) -> String {
+    let mut command = example("scheduler");
+    command.args(["--instances", "3", "--kills", "2"]);
+    if let Some(server) = redis {
+        command.env("REDIS_URL", server.url());
+    }
+    let output = run(command);
+    assert_eq!(field(&output, "leaders killed"), 2, "{output}");
+    assert_eq!(field(&output, "takeovers"), 2, "{output}");
+    assert_eq!(text(&output, "terms increase"), "yes", "{output}");
+    assert_eq!(text(&output, "one leader per term"), "yes", "{output}");
+    assert_eq!(field(&output, "results refused"), 0, "{output}");
+    output
+}
+
+/// The term of the last leader, from the table of terms.
+fn last_term(output: &str) -> u64 {
+    output
+        .lines()
+        .rev()
+        .find_map(|line| {
+            line.strip_prefix("| ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no table of terms in:\n{output}"))
+}
+
+#[test]
+fn scheduler_on_the_memory_backend_is_taken_over_after_each_kill() {
+    let output = scheduler(None);
+    assert!(output.contains("in-memory backend"), "{output}");
+    assert!(output.contains("CRASHES"), "{output}");
+}
+
+#[test]
+fn scheduler_as_processes_on_redis_is_taken_over_after_each_kill() {
+    let server = RedisServer::start();
+    let output = scheduler(Some(&server));
+    assert!(output.contains("separate processes"), "{output}");
+    let written: u64 = server.cmd(&["HGET", "demo:scheduler:last-job", "fence"]);
+    assert_eq!(written, last_term(&output), "{output}");
+    let held: bool = server.cmd(&["EXISTS", "demo:scheduler"]);
+    assert!(!held, "the last leader did not resign:\n{output}");
+}

@@ -271,7 +271,7 @@ impl Locker {
 /// finishes: after the process was paused (or the runtime stalled), the
 /// body's timers and the deadline's fire together, and the body must not be
 /// polled first, nor its value handed back as if the lease had held.
-async fn supervise<F: Future>(
+pub(crate) async fn supervise<F: Future>(
     guard: &LockGuard,
     body: F,
 ) -> Option<std::thread::Result<F::Output>> {

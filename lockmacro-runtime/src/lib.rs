@@ -410,6 +410,61 @@
 //!
 //! `examples/fencing.rs` runs this story with the attribute, on both stores.
 //!
+//! ## Leader election
+//!
+//! [`Locker::election`] makes a lock key a role that instances take turns
+//! holding: one leader at a time, for as long as it keeps its lease, with
+//! a new term each time the role changes hands. It is the mutex underneath:
+//! the role is a lock key, a term is the fencing token minted when it is
+//! taken, holding it is the watchdog's lease, and candidates wait for it
+//! like any waiter, woken by the leader's release.
+//!
+//! - [`Election::campaign`] waits, with no deadline, until this instance
+//!   holds the role, and returns a [`Leadership`]: [`term`](Leadership::term),
+//!   [`deadline`](Leadership::deadline), [`is_lost`](Leadership::is_lost),
+//!   [`lost`](Leadership::lost), [`resign`](Leadership::resign); dropped, it
+//!   resigns in the background.
+//! - [`Election::run`] runs a future while this instance leads, drops it
+//!   when the lease is lost and campaigns again, and resigns once a future
+//!   completes; the future gets the [`Term`] it runs in.
+//!
+//! Terms strictly increase per role. A leader learns that it lost the role
+//! on its own clock, before another can be elected (the lease's local
+//! deadline comes before the key's expiry on the server); but it can be
+//! paused between a check and a write like any lock holder, so the writes it
+//! makes as leader carry the term, and the resource refuses older terms than
+//! the newest it has seen:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::{FencedStore, Locker};
+//!
+//! let locker = Locker::memory();
+//! let store = FencedStore::memory();
+//! let election = locker.election("scheduler", Duration::from_secs(10)).metadata("instance-1");
+//! let job = election
+//!     .run(|term| {
+//!         let store = store.clone();
+//!         async move {
+//!             // Only while this instance leads; a later term's writes win.
+//!             store.set("nightly", "done", term.number()).await?;
+//!             Ok::<_, lockmacro_runtime::LockError>(term.number())
+//!         }
+//!     })
+//!     .await??;
+//! assert_eq!(store.get("nightly").await?.map(|applied| applied.token), Some(job));
+//! # Ok(()) }
+//! ```
+//!
+//! Followers send nothing while they wait, but for one attempt each time the
+//! leader's lease would have run out without its refreshes (on backends that
+//! cannot announce releases, Redlock among them, they retry after a backoff
+//! of up to 200 ms). Backend failures during a campaign are logged and
+//! retried; see [`Election`] for the details and [`Election::fair`] for
+//! serving candidates in the order they came. `examples/scheduler.rs` kills
+//! leaders and shows the next one take over within the ttl.
+//!
 //! ## On the wire
 //!
 //! With [`RedisBackend`], a lock is a plain string key (after the namespace
@@ -488,6 +543,7 @@
 pub mod backend;
 #[cfg(doctest)]
 mod doc_examples;
+mod election;
 mod error;
 mod fenced;
 mod global;
@@ -513,6 +569,7 @@ pub use crate::backend::{EtcdBackend, EtcdConfig};
 pub use crate::backend::{
     MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, SentinelBackend,
 };
+pub use crate::election::{Election, Leadership, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};

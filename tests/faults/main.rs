@@ -13,6 +13,7 @@ mod support;
 
 mod chaos;
 mod dead_waiter;
+mod election;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod failover;

@@ -5,6 +5,7 @@
 mod support;
 
 mod cases;
+mod election;
 mod fair;
 #[path = "../support/fixture.rs"]
 mod fixture;
