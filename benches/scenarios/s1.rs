@@ -35,6 +35,8 @@ enum Variant {
     Attribute,
     /// `Locker::obtain` of one of 5 permits + `Lock::release`, single server.
     Permit,
+    /// `Locker::obtain` of a read + `Lock::release`, single server.
+    Read,
     /// The floor on each of the three Redlock masters at once.
     FloorRedlock,
     /// `Locker::obtain` + `Lock::release` on Redlock, three masters.
@@ -56,6 +58,7 @@ impl Variant {
             Variant::Runtime => "runtime obtain+release",
             Variant::Attribute => "attribute",
             Variant::Permit => "runtime, 1 of 5 permits",
+            Variant::Read => "runtime, read of a rw lock",
             Variant::FloorRedlock => "floor on 3 masters at once",
             Variant::Redlock => "runtime, Redlock (3)",
             Variant::Cluster => "runtime, cluster (3)",
@@ -130,7 +133,11 @@ impl Clients {
     /// The servers whose CPU time a variant's cycles cost.
     fn pids(&self, variant: Variant) -> Vec<u32> {
         match variant {
-            Variant::Floor | Variant::Runtime | Variant::Attribute | Variant::Permit => {
+            Variant::Floor
+            | Variant::Runtime
+            | Variant::Attribute
+            | Variant::Permit
+            | Variant::Read => {
                 vec![self.single_pid]
             }
             Variant::FloorRedlock | Variant::Redlock => self.master_pids.clone(),
@@ -165,10 +172,12 @@ impl Clients {
                     lock.await?.release().await?;
                 }
                 Variant::Attribute => attribute(&self.single, key).await?,
-                Variant::Permit => {
-                    let lock = self
-                        .single
-                        .obtain(key, TTL, ObtainOptions::new().permits(5));
+                Variant::Permit | Variant::Read => {
+                    let opts = match variant {
+                        Variant::Permit => ObtainOptions::new().permits(5),
+                        _ => ObtainOptions::new().read(),
+                    };
+                    let lock = self.single.obtain(key, TTL, opts);
                     lock.await?.release().await?;
                 }
                 Variant::FloorRedlock => {
@@ -366,6 +375,7 @@ pub async fn s1(args: &Args, servers: &Servers, view: View) -> Result<(), BoxErr
         Variant::Runtime,
         Variant::Attribute,
         Variant::Permit,
+        Variant::Read,
     ];
     if !servers.masters.is_empty() {
         variants.extend([Variant::FloorRedlock, Variant::Redlock]);
