@@ -1,7 +1,8 @@
-//! Semaphores under faults: holders killed (SIGKILL) give their permits back
-//! after their ttl, never sooner; with the server frozen (SIGSTOP) past the
-//! ttl, a witness that does not trust the lock never sees more holders
-//! acting at once than there are permits.
+//! Semaphores and read-write locks under faults: holders killed (SIGKILL)
+//! give their permits back after their ttl, never sooner; with the server
+//! frozen (SIGSTOP) past the ttl, a witness that does not trust the lock
+//! never sees more holders acting at once than there are permits, nor a
+//! writer beside anyone.
 
 use std::env;
 use std::io::{BufRead, BufReader};
@@ -215,4 +216,83 @@ async fn frozen_server_never_lets_more_holders_act_than_permits() {
         "{most} holders acted at once with {PERMITS} permits ({} sections, {lost} lost)",
         sections.len()
     );
+}
+
+/// Readers and writers while the server is frozen past the ttl: a witness
+/// that counts each section until it ended or its deadline never sees a
+/// writer beside anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn frozen_server_never_lets_a_writer_act_beside_anyone() {
+    let server = RedisServer::start();
+    let reads = Arc::new(Mutex::new(Vec::new()));
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for worker in 0..5 {
+        let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+        let writing = worker % 2 == 0;
+        let sections = if writing {
+            writes.clone()
+        } else {
+            reads.clone()
+        };
+        let stop = stop.clone();
+        workers.push(tokio::spawn(async move {
+            let mut lost = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let options = HoldOptions::new(TTL).wait(Duration::from_secs(10));
+                let options = if writing {
+                    options.write()
+                } else {
+                    options.read()
+                };
+                let sections = sections.clone();
+                let outcome = locker
+                    .hold(["catalog"], options, move |guard| async move {
+                        let _recording = Recording {
+                            start: Instant::now(),
+                            guard,
+                            sections,
+                        };
+                        // Longer than the ttl: the watchdog must keep it.
+                        tokio::time::sleep(TTL + TTL / 2).await;
+                    })
+                    .await;
+                match outcome {
+                    Ok(()) => {}
+                    Err(lockmacro_runtime::LockError::Lost { .. }) => lost += 1,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            lost
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.pause();
+    tokio::time::sleep(TTL + TTL / 2).await;
+    server.resume();
+    tokio::time::sleep(TTL * 3).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut lost = 0;
+    for worker in workers {
+        lost += tokio::time::timeout(Duration::from_secs(30), worker)
+            .await
+            .expect("a worker hung")
+            .expect("worker");
+    }
+    assert!(lost >= 1, "nobody lost a share to the frozen server");
+    let reads = reads.lock().unwrap().clone();
+    let writes = writes.lock().unwrap().clone();
+    assert!(!writes.is_empty(), "no writer got in");
+    let until = |section: &Section| section.end.min(section.deadline);
+    for write in &writes {
+        let beside = reads
+            .iter()
+            .chain(writes.iter().filter(|other| other.start != write.start))
+            .find(|other| other.start < until(write) && write.start < until(other));
+        assert!(
+            beside.is_none(),
+            "a writer acted beside another holder: {write:?} and {beside:?}"
+        );
+    }
 }
