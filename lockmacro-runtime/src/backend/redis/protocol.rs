@@ -43,12 +43,12 @@ pub(in crate::backend) const REFRESH_LUA: &str = concat!(
 // release nobody waits for does not define what only they need (see
 // `release.lua`).
 pub(in crate::backend) const RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/leases.lua"),
     "local function announce(token, awaited)\n",
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/grant.lua"),
     include_str!("../scripts/release_announce.lua"),
     "end\n",
-    include_str!("../scripts/leases.lua"),
     include_str!("../scripts/release.lua")
 );
 

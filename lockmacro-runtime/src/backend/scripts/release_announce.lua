@@ -2,18 +2,10 @@
 -- deleted the keys, for the keys someone may wait for (`awaited`: {i,
 -- owned} pairs, KEYS[i] and what this release gave back of it). fence.lua and
 -- grant.lua come before this, inside the same function: a release that
--- nobody waits for does not even define them.
-local now
+-- nobody waits for does not even define them; leases.lua (server_now)
+-- comes before the function.
 -- Queue entries a leaving waiter reads at a time.
 local CHUNK = 16
-
-local function clock()
-  if not now then
-    local time = redis.call('TIME')
-    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  end
-  return now
-end
 
 -- An owner hands the key to the first live entry, popping it and the dead
 -- ones before it: the cost does not grow with the waiters behind it.
@@ -29,7 +21,7 @@ local function hand_over(key, queue)
     local entry = cjson.decode(raw)
     -- An entry whose fence counter cannot be used is dropped, changing
     -- nothing else; the next one is handed the key instead.
-    if entry.e > clock() and string.sub(entry.v, 1, #token) ~= token
+    if entry.e > server_now() and string.sub(entry.v, 1, #token) ~= token
         and grant(key, entry) then
       return true
     end
@@ -49,7 +41,7 @@ local function leave(queue)
     for _, raw in ipairs(entries) do
       local entry = cjson.decode(raw)
       local mine = string.sub(entry.v, 1, #token) == token
-      if mine or entry.e <= clock() then
+      if mine or entry.e <= server_now() then
         redis.call('LREM', queue, 1, raw)
         removed = removed + 1
         -- A waiter has one entry: found, the rest can wait.
