@@ -145,31 +145,36 @@ fn most_at_once(sections: &[Section]) -> usize {
     usize::try_from(most).unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn frozen_server_never_lets_more_holders_act_than_permits() {
-    let server = RedisServer::start();
-    let sections = Arc::new(Mutex::new(Vec::new()));
+/// Sections of one kind of holder.
+type Sections = Arc<Mutex<Vec<Section>>>;
+
+/// Workers that each hold `key` with their options, in turn, for bodies
+/// longer than the ttl (the watchdog keeps them), while the server is frozen
+/// past the ttl once and then resumed. Returns how many bodies lost their
+/// lease, and when the server resumed.
+async fn freeze_while_held(
+    server: &RedisServer,
+    key: &'static str,
+    workers: Vec<(HoldOptions, Sections)>,
+    after_resume: Duration,
+) -> (usize, Instant) {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut workers = Vec::new();
-    for _ in 0..5 {
+    let mut running = Vec::new();
+    for (options, sections) in workers {
         let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-        let (sections, stop) = (sections.clone(), stop.clone());
-        workers.push(tokio::spawn(async move {
+        let stop = stop.clone();
+        running.push(tokio::spawn(async move {
             let mut lost = 0;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let options = HoldOptions::new(TTL)
-                    .permits(PERMITS)
-                    .wait(Duration::from_secs(10));
                 let sections = sections.clone();
                 let outcome = locker
-                    .hold(["api"], options, move |guard| async move {
+                    .hold([key], options.clone(), move |guard| async move {
                         let _recording = Recording {
                             start: Instant::now(),
                             guard,
                             sections,
                         };
-                        // Longer than the ttl: the watchdog must keep it.
-                        tokio::time::sleep(TTL * 3).await;
+                        tokio::time::sleep(TTL * 3 / 2).await;
                     })
                     .await;
                 match outcome {
@@ -182,32 +187,48 @@ async fn frozen_server_never_lets_more_holders_act_than_permits() {
             lost
         }));
     }
-    // Some sections first, with every permit in use.
+    // Some sections first, with every share in use.
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.pause();
     tokio::time::sleep(TTL + TTL / 2).await;
     server.resume();
     let resumed = Instant::now();
-    tokio::time::sleep(TTL * 2).await;
+    tokio::time::sleep(after_resume).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut lost = 0;
-    for worker in workers {
-        lost += tokio::time::timeout(Duration::from_secs(20), worker)
+    for worker in running {
+        lost += tokio::time::timeout(Duration::from_secs(30), worker)
             .await
             .expect("a worker hung")
             .expect("worker");
     }
-    let sections = sections.lock().unwrap().clone();
     assert!(
         lost >= 1,
-        "no holder lost its permit to the frozen server: the fault did not happen"
+        "no holder lost its share to the frozen server: the fault did not happen"
     );
-    let after_resume = sections
-        .iter()
-        .filter(|section| section.start > resumed)
-        .count();
+    (lost, resumed)
+}
+
+fn holding(options: HoldOptions) -> HoldOptions {
+    options.wait(Duration::from_secs(10))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn frozen_server_never_lets_more_holders_act_than_permits() {
+    let server = RedisServer::start();
+    let sections: Sections = Arc::default();
+    let workers = (0..5)
+        .map(|_| {
+            (
+                holding(HoldOptions::new(TTL).permits(PERMITS)),
+                sections.clone(),
+            )
+        })
+        .collect();
+    let (lost, resumed) = freeze_while_held(&server, "api", workers, TTL * 2).await;
+    let sections = sections.lock().unwrap().clone();
     assert!(
-        after_resume >= 1,
+        sections.iter().any(|section| section.start > resumed),
         "nobody held a permit after the server came back"
     );
     let most = most_at_once(&sections);
@@ -224,63 +245,17 @@ async fn frozen_server_never_lets_more_holders_act_than_permits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn frozen_server_never_lets_a_writer_act_beside_anyone() {
     let server = RedisServer::start();
-    let reads = Arc::new(Mutex::new(Vec::new()));
-    let writes = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut workers = Vec::new();
-    for worker in 0..5 {
-        let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-        let writing = worker % 2 == 0;
-        let sections = if writing {
-            writes.clone()
-        } else {
-            reads.clone()
-        };
-        let stop = stop.clone();
-        workers.push(tokio::spawn(async move {
-            let mut lost = 0;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let options = HoldOptions::new(TTL).wait(Duration::from_secs(10));
-                let options = if writing {
-                    options.write()
-                } else {
-                    options.read()
-                };
-                let sections = sections.clone();
-                let outcome = locker
-                    .hold(["catalog"], options, move |guard| async move {
-                        let _recording = Recording {
-                            start: Instant::now(),
-                            guard,
-                            sections,
-                        };
-                        // Longer than the ttl: the watchdog must keep it.
-                        tokio::time::sleep(TTL + TTL / 2).await;
-                    })
-                    .await;
-                match outcome {
-                    Ok(()) => {}
-                    Err(lockmacro_runtime::LockError::Lost { .. }) => lost += 1,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                }
+    let (reads, writes): (Sections, Sections) = (Arc::default(), Arc::default());
+    let workers = (0..5)
+        .map(|worker| {
+            if worker % 2 == 0 {
+                (holding(HoldOptions::new(TTL).write()), writes.clone())
+            } else {
+                (holding(HoldOptions::new(TTL).read()), reads.clone())
             }
-            lost
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    server.pause();
-    tokio::time::sleep(TTL + TTL / 2).await;
-    server.resume();
-    tokio::time::sleep(TTL * 3).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let mut lost = 0;
-    for worker in workers {
-        lost += tokio::time::timeout(Duration::from_secs(30), worker)
-            .await
-            .expect("a worker hung")
-            .expect("worker");
-    }
-    assert!(lost >= 1, "nobody lost a share to the frozen server");
+        })
+        .collect();
+    freeze_while_held(&server, "catalog", workers, TTL * 3).await;
     let reads = reads.lock().unwrap().clone();
     let writes = writes.lock().unwrap().clone();
     assert!(!writes.is_empty(), "no writer got in");
