@@ -749,11 +749,13 @@ impl Locker {
                  cluster, Sentinel or the in-memory backend, or a plain lock"
             )));
         }
-        if opts.fair {
-            return Err(refuse(format!(
-                "`fair` cannot be combined with {what}: their waiters are woken by releases but \
-                 not queued; obtain without `fair`"
-            )));
+        if opts.fair && !matches!(share, Share::Permits(_)) {
+            return Err(refuse(
+                "`fair` cannot be combined with read-write locks: readers and writers are woken \
+                 by releases but not queued (a waiting writer holds back later readers); obtain \
+                 without `fair`"
+                    .into(),
+            ));
         }
         if opts.replicas > 0 {
             return Err(refuse(format!(

@@ -157,11 +157,13 @@ impl ObtainOptions {
     /// semaphore, at most `permits` holders at once across every process.
     /// Each permit is a lease of its own, refreshed, lost and released like
     /// a lock, and given back by itself `ttl` after its holder died. Waiters
-    /// are woken by releases; a fencing token ([`fence`](Self::fence)) is
-    /// minted per acquisition, increasing per key.
+    /// are woken by releases; with [`fair`](Self::fair) they queue, and each
+    /// permit given back is handed to the first of them (for a grant lease
+    /// it confirms, as a lock is). A fencing token ([`fence`](Self::fence))
+    /// is minted per acquisition, increasing per key.
     ///
-    /// One key only; not with [`fair`](Self::fair) or
-    /// [`replicas`](Self::replicas), and only on backends that keep permits
+    /// One key only; not with [`replicas`](Self::replicas), and only on
+    /// backends that keep permits
     /// (one Redis server, a cluster, Sentinel, memory): others refuse it
     /// with [`LockError::Backend`](crate::LockError::Backend) before
     /// anything is sent. On Redis the key is a sorted set of the holders'

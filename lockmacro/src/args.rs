@@ -337,12 +337,6 @@ impl Args {
                         "`permits` counts the holders of one key: lock one `key = \"…\"` with `permits`, or remove `permits` to lock several keys",
                     ));
                 }
-                if fair {
-                    errors.push(Error::new(
-                        name,
-                        "`permits` cannot be combined with `fair = true`: waiters for permits are woken by releases but not queued; remove `fair`",
-                    ));
-                }
                 if replicas > 0 {
                     errors.push(Error::new(
                         name,

@@ -179,7 +179,8 @@ mod snapshots;
 /// renews, that is lost on its local deadline like a lock, and that comes
 /// back by itself `ttl` after its holder died. A waiter (`wait`) is woken by
 /// a release. `fence` mints a token per permit, increasing per key. One
-/// `key` only; not with `fair = true` or `replicas`; on one Redis server, a
+/// `key` only; `fair = true` hands permits to waiters in arrival order; not
+/// with `replicas`; on one Redis server, a
 /// cluster, Sentinel or memory (Redlock and etcd refuse the call). On Redis
 /// the key is a sorted set of the holders' tokens, so do not also lock it
 /// without `permits`.

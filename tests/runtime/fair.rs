@@ -206,6 +206,59 @@ async fn memory_arrival_order_is_respected() {
     arrival_order_is_respected(Queue::Memory, memory_lockers(6)).await;
 }
 
+/// Fair waiters for permits: with both of two permits held, four waiters
+/// queue one after the other; giving one permit back hands it down the line
+/// in that order (each releases at once), while the other stays held.
+async fn permit_arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
+    let permits = || ObtainOptions::new().permits(2);
+    let first = lockers[0]
+        .obtain("job", TTL, permits())
+        .await
+        .expect("obtain");
+    let second = lockers[0]
+        .obtain("job", TTL, permits())
+        .await
+        .expect("obtain");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (place, locker) in lockers[1..].iter().enumerate() {
+        let waiter = queue
+            .join(locker, "job", fair().permits(2), place as i64 + 1)
+            .await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let lock = waiter
+                .await
+                .expect("waiter task")
+                .expect("the waiter obtains");
+            order.lock().unwrap().push(place);
+            lock.release().await.expect("release");
+        }));
+    }
+    first.release().await.expect("release");
+    promptly("every waiter obtains in turn", async {
+        for waiter in waiters {
+            waiter.await.expect("waiter task");
+        }
+    })
+    .await;
+    second.release().await.expect("release");
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order, (0..lockers.len() - 1).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_permit_arrival_order_is_respected() {
+    let server = RedisServer::start();
+    let lockers = redis_lockers(&server, 5).await;
+    permit_arrival_order_is_respected(Queue::Redis(&server), lockers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_permit_arrival_order_is_respected() {
+    permit_arrival_order_is_respected(Queue::Memory, memory_lockers(5)).await;
+}
+
 /// On a cluster the queue lives in the lock's slot and releases hand the key
 /// over the same way, and tell the waiter through the node its locker
 /// subscribes on: with a 60 s backoff, waiters only get their turn in time if

@@ -194,7 +194,7 @@ pub async fn misuses_are_refused_before_anything_is_sent(fx: &Fixture) {
         "{several:?}"
     );
     let fair = locker
-        .obtain("api", LONG, permits(2).fair())
+        .obtain("api", LONG, ObtainOptions::new().read().fair())
         .await
         .unwrap_err();
     assert!(fair.to_string().contains("`fair`"), "{fair}");

@@ -64,6 +64,23 @@ async fn report(locker: &Locker) -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock(key = "api:{tenant}", ttl = "5s", permits = 3, wait = "1s", fair, locker = locker)]
+async fn call_api(locker: &Locker, tenant: &str) -> Result<usize, LockError> {
+    Ok(tenant.len())
+}
+
+#[distributed_lock(key = "catalog", ttl = "5s", mode = "read", locker = locker)]
+async fn show(locker: &Locker) -> Option<u8> {
+    Some(1)
+}
+
+#[distributed_lock(key = "catalog", ttl = "5s", mode = "write", fence, locker = locker)]
+async fn rebuild(locker: &Locker) -> Result<u8, LockError> {
+    show(locker).await.ok_or(LockError::NotObtained {
+        key: "catalog".to_owned(),
+    })
+}
+
 #[tokio::test]
 async fn annotated_functions_run() {
     let locker = Locker::memory();
@@ -77,4 +94,6 @@ async fn annotated_functions_run() {
     assert!(service.transfer(1, 2).await.is_some());
     assert_eq!(service.run(3).await.ok(), Some(3));
     assert!(report(&locker).await.is_ok());
+    assert_eq!(call_api(&locker, "acme").await.ok(), Some(4));
+    assert_eq!(rebuild(&locker).await.ok(), Some(1));
 }

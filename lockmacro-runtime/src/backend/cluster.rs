@@ -583,9 +583,24 @@ impl Backend for ClusterBackend {
             }
             let mut keys = req.keys.to_vec();
             keys.extend(req.fence_key.map(str::to_owned));
+            if req.queue_for.is_some() && Companions::SameSlot.queue(&req.keys[0]).is_empty() {
+                return Err(LockError::InvalidKey {
+                    key: req.keys[0].clone(),
+                    reason: "a fair lock keeps its waiters at a key derived from the lock's, \
+                             which for a key with a `}` but no hash tag is in another Redis \
+                             Cluster slot; give the key a hash tag (only the text between the \
+                             first `{` and `}` is hashed)"
+                        .to_owned(),
+                });
+            }
             if let Some(share) = req.share {
-                let args =
-                    acquire_shared_args(&req, share, &self.fence_expiry, Companions::SameSlot);
+                let args = acquire_shared_args(
+                    &req,
+                    share,
+                    &self.fence_expiry,
+                    &self.grant_lease,
+                    Companions::SameSlot,
+                );
                 let script = (&*ACQUIRE_SHARED, ACQUIRE_SHARED_LUA);
                 let reply: Result<Vec<i64>, _> = self.invoke("obtain", &keys, script, &args).await;
                 let reply = reply
@@ -597,16 +612,6 @@ impl Backend for ClusterBackend {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
                 let queue = Companions::SameSlot.queue(&req.keys[0]);
-                if queue.is_empty() {
-                    return Err(LockError::InvalidKey {
-                        key: req.keys[0].clone(),
-                        reason: "a fair lock keeps its waiters at a key derived from the lock's, \
-                                 which for a key with a `}` but no hash tag is in another Redis \
-                                 Cluster slot; give the key a hash tag (only the text between the \
-                                 first `{` and `}` is hashed)"
-                            .to_owned(),
-                    });
-                }
                 let args = acquire_fair_args(
                     &req,
                     wait,

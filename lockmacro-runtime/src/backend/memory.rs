@@ -107,6 +107,8 @@ struct Waiter {
     /// When the waiter gives up: it is dropped from the queue then.
     expires: Instant,
     fence_key: Option<String>,
+    /// A waiter for one of this many permits, not for the whole key.
+    permits: Option<u32>,
 }
 
 impl Waiter {
@@ -270,6 +272,26 @@ impl State {
             remaining: until.map(|until| until.saturating_duration_since(now)),
         };
         match share {
+            Share::Permits(permits) if req.queue_for.is_some() => {
+                let wait = req.queue_for.unwrap_or_default();
+                if !self.serve_permits(key, token, permits, now) {
+                    let queue = self.queues.entry(key.clone()).or_default();
+                    if !wait.is_zero() && queue.iter().all(|waiter| waiter.token() != token) {
+                        queue.push_back(Waiter {
+                            value: req.value.to_owned(),
+                            ttl: req.ttl,
+                            expires: now + wait,
+                            fence_key: req.fence_key.map(str::to_owned),
+                            permits: Some(permits),
+                        });
+                    }
+                    let first = self
+                        .permits
+                        .get(key)
+                        .and_then(|held| held.iter().map(|permit| permit.expires).min());
+                    return Ok(busy(first));
+                }
+            }
             Share::Permits(permits) => {
                 if held.len() >= usize::try_from(permits).unwrap_or(usize::MAX) {
                     return Ok(busy(first));
@@ -477,6 +499,7 @@ impl State {
                 ttl: req.ttl,
                 expires: now + wait,
                 fence_key: req.fence_key.map(str::to_owned),
+                permits: None,
             });
         }
         let remaining = held.or(head.map(|(_, expires)| expires - now));
@@ -484,6 +507,84 @@ impl State {
             index: 0,
             remaining,
         })
+    }
+
+    /// Serves the fair waiters for permits of `key` in line before `token`,
+    /// each handed a permit while one is free, as a release would. Returns
+    /// whether a permit is left for `token` (its entry, if any, removed).
+    fn serve_permits(&mut self, key: &str, token: &str, permits: u32, now: Instant) -> bool {
+        let limit = usize::try_from(permits).unwrap_or(usize::MAX);
+        loop {
+            let held = self.permits.get(key).map_or(0, Vec::len);
+            let Some(queue) = self.queues.get_mut(key) else {
+                return held < limit;
+            };
+            queue.retain(|waiter| waiter.expires > now);
+            let Some(head) = queue.front() else {
+                self.queues.remove(key);
+                return held < limit;
+            };
+            if head.token() == token {
+                if held < limit {
+                    queue.pop_front();
+                    if queue.is_empty() {
+                        self.queues.remove(key);
+                    }
+                    return true;
+                }
+                return false;
+            }
+            if held >= limit {
+                return false;
+            }
+            let next = queue.pop_front().expect("a head was found");
+            self.grant_permit(key, next, now);
+        }
+    }
+
+    /// Gives `next` a permit of `key` and tells it so.
+    fn grant_permit(&mut self, key: &str, next: Waiter, now: Instant) {
+        let fence = next
+            .fence_key
+            .as_ref()
+            .map_or(0, |fence_key| self.next_fence(fence_key, now));
+        if let Some(granted) = self.grants.remove(next.token()) {
+            granted.send_replace(Some(fence));
+        }
+        self.permits
+            .entry(key.to_owned())
+            .or_default()
+            .push(Permit {
+                token: next.token().to_owned(),
+                expires: now + next.ttl,
+                writer: false,
+            });
+    }
+
+    /// After a permit of `key` was given back: the first fair waiters get
+    /// the permits free, while there are. Returns whether any did.
+    fn hand_over_permits(&mut self, key: &str, now: Instant) -> bool {
+        let mut granted = false;
+        loop {
+            let held = self.permits.get(key).map_or(0, Vec::len);
+            let Some(queue) = self.queues.get_mut(key) else {
+                return granted;
+            };
+            queue.retain(|waiter| waiter.expires > now);
+            let free = queue
+                .front()
+                .and_then(|head| head.permits)
+                .is_some_and(|permits| held < usize::try_from(permits).unwrap_or(usize::MAX));
+            if !free {
+                if queue.is_empty() {
+                    self.queues.remove(key);
+                }
+                return granted;
+            }
+            let next = queue.pop_front().expect("a head was found");
+            self.grant_permit(key, next, now);
+            granted = true;
+        }
     }
 
     /// After a release of `key` by `token`: drops the waiters gone and
@@ -667,9 +768,14 @@ impl Backend for MemoryBackend {
                 }
                 None => all = false,
             }
-            // Waiters for permits do not queue: a release wakes them all.
             let owned = held == Some(Held::Lock);
-            if !state.hand_over(key, token, owned, now) && held.is_some() {
+            let handed = state.hand_over(key, token, owned, now);
+            if held == Some(Held::Permit) {
+                state.hand_over_permits(key, now);
+            }
+            // Waiters that do not queue are woken whenever a share is given
+            // back: one may be left.
+            if (!handed || held == Some(Held::Permit)) && held.is_some() {
                 state.released(key);
             }
         }

@@ -20,11 +20,6 @@ async fn several(from: u64, to: u64) -> Result<u64, LockError> {
     Ok(from + to)
 }
 
-#[distributed_lock(key = "api:{tenant}", ttl = "30s", wait = "5s", fair, permits = 2)]
-async fn fair(tenant: u64) -> Result<u64, LockError> {
-    Ok(tenant)
-}
-
 #[distributed_lock(key = "api:{tenant}", ttl = "30s", replicas = 1, permits = 2)]
 async fn replicated(tenant: u64) -> Result<u64, LockError> {
     Ok(tenant)

@@ -304,7 +304,13 @@ impl Backend for RedisBackend {
             let reply: Result<Vec<i64>, LockError> = if let Some(share) = req.share {
                 let mut keys = vec![req.keys[0].clone()];
                 keys.extend(req.fence_key.map(str::to_owned));
-                let args = acquire_shared_args(&req, share, expiry, Companions::Derived);
+                let args = acquire_shared_args(
+                    &req,
+                    share,
+                    expiry,
+                    &self.grant_lease,
+                    Companions::Derived,
+                );
                 self.invoke("obtain", &keys, &ACQUIRE_SHARED, &args)
                     .await
                     .map_err(|err| not_shares(err, &req.keys[0]))

@@ -31,6 +31,7 @@ pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
 pub(in crate::backend) const ACQUIRE_SHARED_LUA: &str = concat!(
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
+    include_str!("../scripts/grant.lua"),
     include_str!("../scripts/acquire_shared.lua")
 );
 
@@ -52,7 +53,10 @@ pub(in crate::backend) const RELEASE_LUA: &str = concat!(
     include_str!("../scripts/release.lua")
 );
 
-pub(in crate::backend) const CONFIRM_LUA: &str = include_str!("../scripts/confirm.lua");
+pub(in crate::backend) const CONFIRM_LUA: &str = concat!(
+    include_str!("../scripts/leases.lua"),
+    include_str!("../scripts/confirm.lua")
+);
 
 pub(in crate::backend) const REMAINING_LUA: &str = concat!(
     include_str!("../scripts/leases.lua"),
@@ -207,11 +211,14 @@ pub(in crate::backend) fn acquire_args(
 }
 
 /// The arguments of the shares script (`acquire_shared.lua`) for `req`,
-/// taking `share`, whose keys are its one key with the fence key after it.
+/// taking `share`, whose keys are its one key with the fence key after it;
+/// a fair request ([`AcquireRequest::queue_for`]) also names the key's queue
+/// and gives `grant_lease`.
 pub(in crate::backend) fn acquire_shared_args(
     req: &AcquireRequest<'_>,
     share: Share,
     fence_expiry: &str,
+    grant_lease: &str,
     companions: Companions,
 ) -> Vec<String> {
     let kind = match share {
@@ -225,7 +232,16 @@ pub(in crate::backend) fn acquire_shared_args(
         kind,
         fence_expiry.to_owned(),
     ];
-    if req.wait {
+    if let Some(wait) = req.queue_for {
+        // A queued waiter flags itself whether or not it listens yet: the
+        // flag is what tells a release to serve the queue.
+        args.push(if req.wait { "1" } else { "0" }.to_owned());
+        args.push(companions.flag(&req.keys[0]));
+        args.push(companions.queue(&req.keys[0]));
+        args.push(millis(wait));
+        args.push(grant_lease.to_owned());
+        args.push(req.attempt.to_string());
+    } else if req.wait {
         args.push("1".to_owned());
         args.push(companions.flag(&req.keys[0]));
     }

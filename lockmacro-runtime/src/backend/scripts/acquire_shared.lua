@@ -5,6 +5,10 @@
 -- fence.lua), returned, and kept for ARGV[4] ms after this use. ARGV[5] =
 -- '1' when the caller listens for releases and will wait, then ARGV[6] is
 -- the key's waiters flag (see waiters.lua), which a busy answer sets.
+-- For permits, ARGV[7], when not empty, names the key's queue of fair
+-- waiters (see acquire_fair.lua), which this attempt respects and joins for
+-- ARGV[8] ms (0: respects without joining); ARGV[9] is its grant lease and
+-- ARGV[10] its attempt number, as there.
 --
 -- The key is a sorted set: one member per share held, scored with when it
 -- expires (server time, ms). A permit or a read is the holder's token; the
@@ -55,8 +59,14 @@ local function taken(fence)
   return {1, fence}
 end
 
+local queue = ARGV[7] or ''
+
 if redis.call('ZSCORE', key, member) then
   redis.call('ZADD', key, 'XX', now + ttl, member)
+  if queue ~= '' then
+    -- A fair waiter confirming the permit handed to it (grant.lua).
+    redis.pcall('PUBLISH', 'lockmacro:released:' .. key, 'confirm:' .. token)
+  end
   if counter then
     return taken(tonumber(redis.call('GET', counter) or 0))
   end
@@ -113,6 +123,61 @@ elseif kind == 'read' then
   end
   if writing > 0 then
     return busy(writing)
+  end
+elseif queue ~= '' then
+  -- Fair permits: those in line before this waiter are served first, each
+  -- handed a permit as a release would (grant, from grant.lua); this waiter
+  -- takes one only if one is left for it, else it waits in line.
+  local permits = tonumber(kind)
+  local entries = redis.call('LRANGE', queue, 0, -1)
+  local needle = '"v":"' .. token
+  local mine, mine_at
+  local passed = 0
+  for i, raw in ipairs(entries) do
+    if string.find(raw, needle, 1, true) then
+      mine, mine_at = raw, i
+      break
+    end
+    local entry = cjson.decode(raw)
+    if entry.e > now and shares < permits then
+      redis.call('LREM', queue, 1, raw)
+      passed = passed + 1
+      if grant(key, entry) then
+        shares = shares + 1
+      end
+    elseif entry.e <= now then
+      redis.call('LREM', queue, 1, raw)
+      passed = passed + 1
+    end
+  end
+  if shares < permits and (mine_at == nil or mine_at == passed + 1) then
+    if mine then
+      redis.call('LREM', queue, 1, mine)
+    end
+  else
+    local wait = tonumber(ARGV[8])
+    if wait > 0 then
+      local attempt = tonumber(ARGV[10] or 0)
+      if mine then
+        if attempt > 0 then
+          local entry = cjson.decode(mine)
+          entry.n = attempt
+          redis.call('LSET', queue, mine_at - 1 - passed, cjson.encode(entry))
+        end
+      else
+        local entry = {v = ARGV[1], t = ttl, e = now + wait, f = counter or '',
+          g = tonumber(ARGV[9]), x = tonumber(ARGV[4]), p = permits}
+        if attempt > 0 then
+          entry.n = attempt
+        end
+        redis.call('RPUSH', queue, cjson.encode(entry))
+      end
+      if redis.call('PTTL', queue) < wait + ttl then
+        redis.call('PEXPIRE', queue, wait + ttl)
+      end
+      mark_waiting(ARGV[6], wait + ttl)
+    end
+    return busy(first())
   end
 else
   if shares >= tonumber(kind) then

@@ -2,8 +2,9 @@
 -- waiter (release.lua, and acquire_fair.lua when it finds the key free with
 -- another waiter first in line).
 --
--- grant(key, entry) gives `key` to the decoded queue entry `entry` (see
--- acquire_fair.lua) for its grant lease only (entry.g ms, at most its ttl),
+-- grant(key, entry) gives `key` (or, for an entry with p, one of the key's
+-- p permits: see acquire_shared.lua) to the decoded queue entry `entry`
+-- (see acquire_fair.lua) for its grant lease only (entry.g ms, at most its ttl),
 -- mints its fencing token (next_fence), and publishes "grant:<token>:<lease
 -- ms>:<fence>:<attempt>" on "lockmacro:released:<key>" (the fence is 0 when
 -- none was minted; the attempt is the entry's n, see acquire_fair.lua). The
@@ -38,7 +39,18 @@ local function grant(key, entry)
   if entry.g and entry.g < lease then
     lease = entry.g
   end
-  redis.call('SET', key, entry.v, 'PX', lease)
+  if entry.p then
+    -- A waiter for one of entry.p permits (see acquire_shared.lua): its
+    -- permit, scored with the lease's end on the server's clock.
+    local time = redis.call('TIME')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    redis.call('ZADD', key, now + lease, string.sub(entry.v, 1, 32))
+    if redis.call('PTTL', key) < lease then
+      redis.call('PEXPIRE', key, lease)
+    end
+  else
+    redis.call('SET', key, entry.v, 'PX', lease)
+  end
   local fence = 0
   if entry.f ~= '' then
     fence = next_fence(entry.f, entry.x or DEFAULT_FENCE_EXPIRY)

@@ -28,6 +28,31 @@ local function hand_over(key, queue)
   end
 end
 
+-- A released permit goes to the first live entries, each waiting for one of
+-- entry.p permits, for as long as that many are not held: the line is
+-- served before anyone who comes later.
+local function hand_over_permits(key, queue)
+  local granted = false
+  while true do
+    local raw = redis.pcall('LINDEX', queue, 0)
+    if type(raw) ~= 'string' then
+      return granted
+    end
+    local entry = cjson.decode(raw)
+    local live = entry.e > server_now() and string.sub(entry.v, 1, #token) ~= token
+    if live then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', server_now())
+      if not entry.p or redis.call('ZCARD', key) >= entry.p then
+        return granted
+      end
+    end
+    redis.call('LPOP', queue)
+    if live and grant(key, entry) then
+      granted = true
+    end
+  end
+end
+
 -- A waiter that gives up removes its own entry, wherever it is, and the
 -- dead ones it passes.
 local function leave(queue)
@@ -59,8 +84,8 @@ local function leave(queue)
 end
 
 for _, pair in ipairs(awaited) do
-  -- `owned`: 'lock', a share ('permit', 'write': their waiters do not
-  -- queue) or nil.
+  -- `owned`: 'lock', a share ('permit', whose waiters may queue, or
+  -- 'write') or nil.
   local i, owned = pair[1], pair[2]
   local key, flag = KEYS[i], ARGV[1 + i]
   -- The queue is named as the flag is, with another suffix (see
@@ -70,7 +95,15 @@ for _, pair in ipairs(awaited) do
     queue = string.sub(flag, 1, -#'waiters' - 1) .. 'queue'
   end
   if owned then
-    if queue == '' or owned ~= 'lock' or not hand_over(key, queue) then
+    local handed = false
+    if queue ~= '' and owned == 'lock' then
+      handed = hand_over(key, queue)
+    elseif queue ~= '' and owned == 'permit' then
+      handed = hand_over_permits(key, queue)
+    end
+    -- Waiters that do not queue (for a lock, a permit or a read) are woken
+    -- as well, even when the line was served: a permit may be left.
+    if not handed or owned ~= 'lock' then
       redis.pcall('PUBLISH', 'lockmacro:released:' .. key, '')
     end
   elseif queue ~= '' then
