@@ -220,15 +220,11 @@ on_backends! {
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ];
-    // Not `cancelled_campaigns_leave_nothing_behind`: on etcd, an obtain
-    // cancelled while its transaction is on its way can leave the key held
-    // for its ttl. Its give-back reads the store, finds nothing yet, and
-    // returns; the transaction, a request of its own, is applied after
-    // (about one run in six of that case).
     #[cfg(feature = "etcd")]
     on_etcd: crate::fixture::Fixture::etcd().await => [
         terms_increase_across_resignations_and_drops,
         run_campaigns_again_after_losing_the_role,
+        cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ];
     on_a_backend_written_outside_the_crate: crate::fixture::Fixture::outside() => [

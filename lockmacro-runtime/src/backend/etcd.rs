@@ -625,6 +625,7 @@ impl EtcdBackend {
         let what = format!("obtain `{}`", req.keys.join("`, `"));
         let secs = lease_secs(req.ttl);
         let lease = self.grant(secs, &what).await?;
+        self.pending_lease(req, lease, secs);
         // Free: no holder, and no fair waiter queued (an ordinary obtain
         // does not overtake them). An empty range compares as a missing key.
         let free: Vec<Compare> = req
@@ -667,6 +668,7 @@ impl EtcdBackend {
         let response = match self.txn(&what, txn).await {
             Ok(response) => response,
             Err(err) => {
+                self.unpend_lease(req.token(), lease);
                 self.forget_lease(lease, &what).await;
                 return Err(err);
             }
@@ -685,6 +687,7 @@ impl EtcdBackend {
                 fence: req.fence_key.map(|_| fence(revision(&response))),
             });
         }
+        self.unpend_lease(req.token(), lease);
         self.forget_lease(lease, &what).await;
         let mut found = gets(&response);
         let heads = found.split_off(req.keys.len());
@@ -702,6 +705,40 @@ impl EtcdBackend {
             return Ok(Acquired::Obtained { fence });
         }
         self.busy(&found, &heads, req.value, &what).await
+    }
+
+    /// Records `lease`, granted for an attempt of `req`'s token, before the
+    /// request that attaches its keys to it is sent. A give-back that comes
+    /// while that request is on its way (the obtain's future dropped, its
+    /// claim released in the background) then finds the lease and revokes
+    /// it: the keys go with it if the request landed first, and are never
+    /// written if it lands later, as etcd refuses a put to a revoked lease.
+    fn pending_lease(&self, req: &AcquireRequest<'_>, lease: i64, secs: i64) {
+        let mut held = self.held();
+        let entry = held.entry(req.token().to_owned()).or_insert(Held {
+            lease: 0,
+            value: String::new(),
+            secs: 0,
+            queue_lease: None,
+        });
+        entry.lease = lease;
+        entry.value = req.value.to_owned();
+        entry.secs = secs;
+    }
+
+    /// Undoes [`pending_lease`](Self::pending_lease) for a request that did
+    /// not attach the lease.
+    fn unpend_lease(&self, token: &str, lease: i64) {
+        let mut held = self.held();
+        if let Some(entry) = held.get_mut(token)
+            && entry.lease == lease
+        {
+            if entry.queue_lease.is_none() {
+                held.remove(token);
+            } else {
+                entry.lease = 0;
+            }
+        }
     }
 
     /// Revokes a lease that no key was attached to; failures only leave it
@@ -769,6 +806,7 @@ impl EtcdBackend {
                 };
                 let secs = lease_secs(req.ttl);
                 let lease = self.grant(secs, &what).await?;
+                self.pending_lease(req, lease, secs);
                 let mut ops = vec![
                     TxnOp::put(key, req.value, Some(PutOptions::new().with_lease(lease))),
                     TxnOp::delete(mine.as_str(), None),
@@ -782,6 +820,7 @@ impl EtcdBackend {
                 let response = match self.txn(&what, txn).await {
                     Ok(response) => response,
                     Err(err) => {
+                        self.unpend_lease(req.token(), lease);
                         self.forget_lease(lease, &what).await;
                         return Err(err);
                     }
@@ -804,6 +843,7 @@ impl EtcdBackend {
                         fence: req.fence_key.map(|_| fence(revision(&response))),
                     });
                 }
+                self.unpend_lease(req.token(), lease);
                 self.forget_lease(lease, &what).await;
                 continue;
             }
