@@ -849,6 +849,17 @@ impl EtcdBackend {
             }
             if !wait.is_zero() && queued.is_none() {
                 let queue_lease = self.grant(lease_secs(wait), &what).await?;
+                // Recorded first, as `pending_lease` does for a lock's lease:
+                // a give-back while the join is on its way revokes it.
+                self.held().insert(
+                    req.token().to_owned(),
+                    Held {
+                        lease: 0,
+                        value: String::new(),
+                        secs: 0,
+                        queue_lease: Some(queue_lease),
+                    },
+                );
                 let joined = self
                     .txn(
                         &what,
@@ -860,22 +871,18 @@ impl EtcdBackend {
                                 Some(PutOptions::new().with_lease(queue_lease)),
                             )]),
                     )
-                    .await?;
-                if joined.succeeded() {
-                    self.held().insert(
-                        req.token().to_owned(),
-                        Held {
-                            lease: 0,
-                            value: String::new(),
-                            secs: 0,
-                            queue_lease: Some(queue_lease),
-                        },
-                    );
+                    .await;
+                if joined
+                    .as_ref()
+                    .is_ok_and(etcd_client::TxnResponse::succeeded)
+                {
                     // Joined behind whoever was first: the key may have been
                     // freed meanwhile, with this waiter first; look again.
                     continue;
                 }
+                self.held().remove(req.token());
                 self.forget_lease(queue_lease, &what).await;
+                joined?;
             }
             let remaining = match (holder, head) {
                 (Some(holder), _) => self.lease_left(holder.lease(), &what).await?,
