@@ -25,7 +25,8 @@
 //!   variant costs.
 //!
 //! Each view runs S1 (sequential, Redlock, 64 tasks), `s1-scale`, S2,
-//! `s2-scale` and `queue`; S4 and `macro` run once, in the first view.
+//! `s2-scale`, `queue` and `permits`; S4 and `macro` run once, in the first
+//! view.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -33,6 +34,7 @@ mod support;
 mod chart;
 mod floor;
 mod overhead;
+mod permits;
 mod place;
 mod queue;
 mod s1;
@@ -126,6 +128,8 @@ enum Scenario {
     S4,
     /// A release with 1 and with 1,000 fair waiters queued.
     Queue,
+    /// A semaphore of 3 permits under contention, without and with `fair`.
+    Permits,
     /// The attribute against the runtime calls it makes, memory backend.
     Macro,
 }
@@ -296,6 +300,9 @@ fn main() -> Result<(), BoxError> {
             }
             if args.wants(Scenario::Queue) {
                 queue::queue_release(&args, &url, view).await?;
+            }
+            if args.wants(Scenario::Permits) {
+                permits::permits(&args, &servers, view).await?;
             }
         }
         if !handoffs.is_empty() {

@@ -487,19 +487,21 @@ impl ReleaseListener {
 
     /// A fair waiter's listener that also follows the key's hand-offs made
     /// with a grant lease (see `grant.lua`): [`wait`](Self::wait) returns
-    /// when the key is handed to `token`, which then confirms by trying
-    /// again, and when a hand-off to another waiter was not confirmed by the
-    /// end of its lease, so that this one tries again and the key goes on
-    /// down the line.
+    /// when the key is handed to `token` (on `mine`, this waiter's own slot,
+    /// when the message names the fence and the attempt), and when a
+    /// hand-off to another waiter was not confirmed by the end of its lease,
+    /// so that this one tries again and the key goes on down the line.
     pub(crate) fn hearing_hand_offs(
         mut self,
         hand_offs: watch::Receiver<Option<HandOff>>,
         token: &str,
+        mine: watch::Receiver<Option<Handed>>,
     ) -> Self {
         self.hand_offs = Some(HandOffs {
             receiver: hand_offs,
             token: token.to_owned(),
             acted: None,
+            mine,
         });
         self
     }
@@ -518,8 +520,11 @@ impl ReleaseListener {
     /// For a fair waiter whose last [`wait`](Self::wait) returned because
     /// the key was handed to it for a grant lease: the lease, the fence and
     /// the attempt the hand-off followed, when its message named them.
-    pub(crate) fn handed(&self) -> Option<Handed> {
-        let hand_offs = self.hand_offs.as_ref()?;
+    pub(crate) fn handed(&mut self) -> Option<Handed> {
+        let hand_offs = self.hand_offs.as_mut()?;
+        if let Some(handed) = *hand_offs.mine.borrow_and_update() {
+            return Some(handed);
+        }
         let acted = hand_offs.acted.as_ref()?;
         (acted.token == hand_offs.token).then_some(acted.named?)
     }
@@ -538,6 +543,13 @@ impl ReleaseListener {
                 return;
             }
             loop {
+                if self
+                    .hand_offs
+                    .as_ref()
+                    .is_some_and(|hand_offs| hand_offs.mine.has_changed().unwrap_or(false))
+                {
+                    return;
+                }
                 let due = self.hand_offs.as_ref().and_then(HandOffs::due);
                 if let (Some((at, pending)), Some(hand_offs)) = (&due, &mut self.hand_offs)
                     && *at <= tokio::time::Instant::now()
@@ -550,7 +562,11 @@ impl ReleaseListener {
                 let wake = due.as_ref().map_or(deadline, |(at, _)| (*at).min(deadline));
                 let hand_off = async {
                     match &mut self.hand_offs {
-                        Some(hand_offs) => hand_offs.receiver.changed().await,
+                        // `Ok(true)`: a hand-off to this waiter.
+                        Some(hand_offs) => tokio::select! {
+                            changed = hand_offs.receiver.changed() => changed.map(|()| false),
+                            changed = hand_offs.mine.changed() => changed.map(|()| true),
+                        },
                         None => std::future::pending().await,
                     }
                 };
@@ -563,13 +579,15 @@ impl ReleaseListener {
                         }
                         return;
                     }
-                    changed = hand_off => {
-                        if changed.is_err() {
+                    changed = hand_off => match changed {
+                        Ok(false) => {}
+                        Ok(true) => return,
+                        Err(_) => {
                             self.grant = None;
                             self.hand_offs = None;
                             return;
                         }
-                    }
+                    },
                     () = tokio::time::sleep_until(wake) => {
                         if let (Some((at, pending)), Some(hand_offs)) = (due, &mut self.hand_offs)
                             && at <= wake
@@ -617,6 +635,8 @@ pub(crate) struct Handed {
 
 struct HandOffs {
     receiver: watch::Receiver<Option<HandOff>>,
+    /// Hand-offs to this waiter, each kept until this waiter has read it.
+    mine: watch::Receiver<Option<Handed>>,
     /// This waiter's token.
     token: String,
     /// The hand-off this listener last returned for: it returns once for

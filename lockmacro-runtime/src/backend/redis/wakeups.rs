@@ -80,6 +80,11 @@ struct Channel {
 struct Grant {
     /// Set to `Some(fence)` by the message that hands the key over.
     granted: watch::Sender<Option<u64>>,
+    /// Set by a message that hands the key (or one of its permits) over for
+    /// a grant lease, naming the fence and the attempt: this waiter's own,
+    /// which a later grant to another waiter cannot overwrite (a release of
+    /// a permit may hand several over at once).
+    handed: watch::Sender<Option<Handed>>,
     /// The connection its channel is subscribed on.
     connection: u64,
 }
@@ -354,15 +359,17 @@ impl Wakeups {
                 // seen by the caller's next attempt, which finds the key
                 // holding its value.
                 let (granted, receiver) = watch::channel(None);
+                let (handed, mine) = watch::channel(None);
                 let grant = Grant {
                     granted,
+                    handed,
                     connection: id,
                 };
                 self.grants().insert(token.to_owned(), grant);
                 let mut subscription = subscription;
                 subscription.token = Some(token.to_owned());
                 let listener = ReleaseListener::granting(receiver, subscription);
-                Some(listener.hearing_hand_offs(hand_offs, token))
+                Some(listener.hearing_hand_offs(hand_offs, token, mine))
             }
             None => Some(ReleaseListener::new(releases, subscription)),
         }
@@ -449,11 +456,21 @@ impl AsyncPushSender for Pushes {
                     Some(Value::BulkString(message)) => std::str::from_utf8(message).ok(),
                     _ => None,
                 };
-                if let Some(Value::BulkString(channel)) = push.data.first()
-                    && let Ok(channel) = std::str::from_utf8(channel)
-                    && let Some(entry) = wakeups.channels().get(channel)
+                let mine = match push.data.first() {
+                    Some(Value::BulkString(channel)) => {
+                        std::str::from_utf8(channel).ok().and_then(|channel| {
+                            let channels = wakeups.channels();
+                            hand_off(channels.get(channel)?, message.unwrap_or(""))
+                        })
+                    }
+                    _ => None,
+                };
+                // Outside the channels' lock: the two maps are never locked
+                // together.
+                if let Some((token, named)) = mine
+                    && let Some(grant) = wakeups.grants().get(&token)
                 {
-                    hand_off(entry, message.unwrap_or(""));
+                    grant.handed.send_replace(Some(named));
                 }
                 // A hand-off to a fair waiter by an earlier version, for
                 // its whole ttl: "<token>:<fence>".
@@ -476,10 +493,11 @@ impl AsyncPushSender for Pushes {
 }
 
 /// What `message`, heard on the channel of `entry`, says to its listeners
-/// (see `grant.lua`): "grant:<token>:<lease ms>" hands the key over for a
-/// lease to confirm, "confirm:<token>" confirms it; anything else is a
-/// release.
-fn hand_off(entry: &Channel, message: &str) {
+/// (see `grant.lua`): "grant:<token>:<lease ms>[:<fence>:<attempt>]" hands
+/// the key over for a lease to confirm, "confirm:<token>" confirms it;
+/// anything else is a release. Returns the token a grant naming its fence
+/// and attempt is for, with what it names, for that waiter's own slot.
+fn hand_off(entry: &Channel, message: &str) -> Option<(String, Handed)> {
     if let Some(token) = message.strip_prefix("confirm:") {
         entry.hand_off.send_if_modified(|pending| {
             let confirmed = pending
@@ -490,8 +508,9 @@ fn hand_off(entry: &Channel, message: &str) {
             }
             confirmed
         });
-        return;
+        return None;
     }
+    let mut mine = None;
     if let Some(grant) = message.strip_prefix("grant:")
         && let Some((token, rest)) = grant.split_once(':')
     {
@@ -519,7 +538,9 @@ fn hand_off(entry: &Channel, message: &str) {
                 until,
                 named,
             }));
+            mine = named.map(|named| (token.to_owned(), named));
         }
     }
     entry.releases.send_modify(|releases| *releases += 1);
+    mine
 }
