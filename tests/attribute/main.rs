@@ -31,21 +31,27 @@ macro_rules! cases_on {
 /// can be stopped or frozen, or a key to write or read behind the library's
 /// back (another owner taking the key over, the lease left on it). A store
 /// inside the process has neither.
+///
+/// The cluster, Sentinel and etcd cases share one deployment per backend
+/// (each case in a namespace of its own), but for the cases that stop or
+/// freeze the servers, which get servers of their own.
 macro_rules! attribute_suite {
     (
         anywhere: [$($any:tt)*],
-        on_servers: [$($servers:tt)*] $(,)?
+        on_servers: [$($servers:tt)*],
+        on_own_servers: [$($own:tt)*] $(,)?
     ) => {
         mod on_redis {
-            cases_on!(crate::fixture::Fixture::redis().await; $($any)* $($servers)*);
+            cases_on!(crate::fixture::Fixture::redis().await; $($any)* $($servers)* $($own)*);
         }
 
         mod on_cluster {
             cases_on!(crate::fixture::Fixture::cluster().await; $($any)* $($servers)*);
+            cases_on!(crate::fixture::Fixture::own_cluster().await; $($own)*);
         }
 
         mod on_redlock {
-            cases_on!(crate::fixture::Fixture::redlock().await; $($any)* $($servers)*);
+            cases_on!(crate::fixture::Fixture::redlock().await; $($any)* $($servers)* $($own)*);
         }
 
         mod on_memory {
@@ -54,11 +60,13 @@ macro_rules! attribute_suite {
 
         mod on_sentinel {
             cases_on!(crate::fixture::Fixture::sentinel().await; $($any)* $($servers)*);
+            cases_on!(crate::fixture::Fixture::own_sentinel().await; $($own)*);
         }
 
         #[cfg(feature = "etcd")]
         mod on_etcd {
             cases_on!(crate::fixture::Fixture::etcd().await; $($any)* $($servers)*);
+            cases_on!(crate::fixture::Fixture::own_etcd().await; $($own)*);
         }
     };
 }
@@ -82,10 +90,12 @@ attribute_suite!(
         watchdog::max_hold_aborts_a_body_that_runs_too_long,
     ],
     on_servers: [
-        outcomes::backend_down_returns_a_backend_error_or_the_skipped_value,
         outcomes::hold_at_least_keeps_the_key_after_the_body_ends,
         watchdog::lost_lease_under_abort_drops_the_body_and_returns_lost,
         watchdog::lost_lease_under_continue_lets_the_body_finish,
+    ],
+    on_own_servers: [
+        outcomes::backend_down_returns_a_backend_error_or_the_skipped_value,
         watchdog::lease_is_lost_on_its_local_deadline_while_redis_is_unreachable,
     ],
 );

@@ -167,10 +167,10 @@ pub async fn fence_tokens_strictly_increase_across_releases_and_lockers(fx: &Fix
 pub async fn explicit_fence_key_is_used_and_namespaced(fx: &Fixture) {
     let base = fx.locker().await;
     let billing = base.with_namespace("billing");
-    fx.set_fence_counter(&billing.wire_key("shared"), 1_000)
-        .await;
-    fx.set_fence_counter(&base.wire_key("shared"), 1_000_000)
-        .await;
+    // The counters of `billing`'s and `base`'s fence key `shared`, named as
+    // `base` names them (the fixture adds its own namespace, if any).
+    fx.set_fence_counter("billing:shared", 1_000).await;
+    fx.set_fence_counter("shared", 1_000_000).await;
     let first = fx.check(
         billing.obtain("a", LONG, once().fence_key("shared")).await,
         "obtain a",
@@ -202,9 +202,16 @@ pub async fn no_fence_token_unless_asked(fx: &Fixture) {
 
 pub async fn namespaces_isolate(fx: &Fixture) {
     let base = fx.locker().await;
+    // On shared servers the fixture's lockers are in the test's namespace:
+    // others nest in it.
+    let nested = |namespace: &str| match fx.namespace() {
+        "" => namespace.to_owned(),
+        outer => format!("{outer}:{namespace}"),
+    };
+    assert_eq!(base.namespace(), fx.namespace());
     let (a, b) = (base.with_namespace("a"), base.with_namespace("b"));
-    assert_eq!(a.namespace(), "a");
-    assert_eq!(a.with_namespace("x").namespace(), "a:x");
+    assert_eq!(a.namespace(), nested("a"));
+    assert_eq!(a.with_namespace("x").namespace(), nested("a:x"));
     let _in_a = fx.check(a.obtain("job", LONG, once()).await, "obtain in a");
     let _in_b = fx.check(b.obtain("job", LONG, once()).await, "obtain in b");
     let _plain = fx.check(

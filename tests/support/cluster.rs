@@ -18,6 +18,10 @@ use super::redis::RedisServer;
 /// a failover takes a couple of seconds; long enough that a busy CI machine does not
 /// trigger one by itself.
 const NODE_TIMEOUT_MS: &str = "1000";
+/// The node timeout of a cluster that no test fails over, shared by many
+/// tests (Redis's default): a node that the machine's load holds up for a
+/// moment is not declared failed under the tests' feet.
+const STEADY_NODE_TIMEOUT_MS: &str = "15000";
 /// `redis-cli --cluster create` and the first `cluster_state:ok` take about two
 /// seconds.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -44,11 +48,24 @@ impl RedisCluster {
     /// `cluster_state:ok` and every replica has synchronised with its master.
     #[track_caller]
     pub fn start_with(masters: usize, replicas: usize) -> Self {
+        Self::start_nodes(masters, replicas, NODE_TIMEOUT_MS)
+    }
+
+    /// Three masters with one replica each, as [`RedisCluster::start`], that
+    /// take the default 15 s to declare a silent node failed rather than one:
+    /// for a cluster shared by tests that never fail a node.
+    #[track_caller]
+    pub fn start_steady() -> Self {
+        Self::start_nodes(3, 1, STEADY_NODE_TIMEOUT_MS)
+    }
+
+    #[track_caller]
+    fn start_nodes(masters: usize, replicas: usize, node_timeout_ms: &str) -> Self {
         let args = [
             "--cluster-enabled",
             "yes",
             "--cluster-node-timeout",
-            NODE_TIMEOUT_MS,
+            node_timeout_ms,
             // Replicas synchronise at once instead of waiting 5 s for more replicas
             // to share the transfer.
             "--repl-diskless-sync-delay",

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockmacro_runtime::backend::Backend;
@@ -17,6 +18,7 @@ use lockmacro_runtime::{
 use crate::support::RedisServer;
 use crate::support::cluster::RedisCluster;
 use crate::support::sentinel::{MASTER_NAME, RedisSentinel};
+use crate::support::shared::Shared;
 
 /// Independent masters behind the Redlock fixture: the smallest count with a
 /// majority that is not everyone.
@@ -28,77 +30,142 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A backend under test: hands out independent lockers on it (each with its
 /// own connections, for Redis), as separate processes would have.
+///
+/// A fixture has its servers to itself, or shares them with the other tests
+/// of the binary (the cluster, Sentinel and etcd fixtures, which take seconds
+/// to start): then every locker it hands out keeps its keys under a namespace
+/// of the test's own, so that no test sees another's locks, and the fixture
+/// refuses to stop or freeze the servers.
 pub struct Fixture {
     backend: Under,
+    /// Empty on servers of the test's own; on shared servers the test's
+    /// namespace (`t7`), which [`Fixture::locker`] puts the lockers in and
+    /// the look behind the library's back puts before every key.
+    namespace: String,
 }
 
 enum Under {
     Redis(RedisServer),
-    Cluster(RedisCluster),
+    Cluster(Arc<RedisCluster>),
     Redlock(Vec<RedisServer>),
     /// A backend in this process: the crate's own, or one written outside it.
     Memory(Arc<dyn Backend>),
     #[cfg(feature = "etcd")]
-    Etcd(crate::support::etcd::EtcdCluster),
-    Sentinel(RedisSentinel),
+    Etcd(Arc<crate::support::etcd::EtcdCluster>),
+    Sentinel(Arc<RedisSentinel>),
+}
+
+/// A namespace no other test of the binary has.
+fn namespace_of_its_own() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    format!("t{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Runs `start` on a blocking thread, passing on its panic.
+async fn blocking<T: Send + 'static>(start: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(start)
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
 }
 
 impl Fixture {
+    fn own(backend: Under) -> Self {
+        Fixture {
+            backend,
+            namespace: String::new(),
+        }
+    }
+
+    fn shared(backend: Under) -> Self {
+        Fixture {
+            backend,
+            namespace: namespace_of_its_own(),
+        }
+    }
+
+    /// A server of the test's own: one starts in milliseconds.
     pub async fn redis() -> Self {
-        Fixture {
-            backend: Under::Redis(RedisServer::start()),
-        }
+        Fixture::own(Under::Redis(RedisServer::start()))
     }
 
-    /// A fresh cluster of three masters with a replica each, per test: tests
-    /// share no keys, so none can see another's locks.
+    /// The binary's cluster of three masters with a replica each, shared
+    /// with the other tests under a namespace of the test's own.
     pub async fn cluster() -> Self {
-        let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-            .await
-            .expect("starting the cluster");
-        Fixture {
-            backend: Under::Cluster(cluster),
-        }
+        static CLUSTER: Shared<RedisCluster> = Shared::new();
+        let cluster = blocking(|| CLUSTER.get(RedisCluster::start_steady)).await;
+        Fixture::shared(Under::Cluster(cluster))
     }
 
+    /// A cluster of the test's own: for a test that stops or freezes it, or
+    /// that checks names as the cluster stores them, without a namespace.
+    pub async fn own_cluster() -> Self {
+        let cluster = blocking(RedisCluster::start).await;
+        Fixture::own(Under::Cluster(Arc::new(cluster)))
+    }
+
+    /// Masters of the test's own: they start in milliseconds.
     pub async fn redlock() -> Self {
-        Fixture {
-            backend: Under::Redlock(RedisServer::start_many(REDLOCK_MASTERS)),
-        }
+        Fixture::own(Under::Redlock(RedisServer::start_many(REDLOCK_MASTERS)))
     }
 
-    /// A fresh Sentinel deployment per test (one master, two replicas,
-    /// three sentinels); the tests read and write its master.
+    /// The binary's Sentinel deployment (one master, two replicas, three
+    /// sentinels), shared with the other tests under a namespace of the
+    /// test's own; the tests read and write its master.
     pub async fn sentinel() -> Self {
-        let deployment = tokio::task::spawn_blocking(RedisSentinel::start_quick)
-            .await
-            .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
-        Fixture {
-            backend: Under::Sentinel(deployment),
-        }
+        static DEPLOYMENT: Shared<RedisSentinel> = Shared::new();
+        let deployment = blocking(|| DEPLOYMENT.get(RedisSentinel::start_steady)).await;
+        Fixture::shared(Under::Sentinel(deployment))
+    }
+
+    /// A Sentinel deployment of the test's own, for a test that stops or
+    /// freezes its servers.
+    pub async fn own_sentinel() -> Self {
+        let deployment = blocking(RedisSentinel::start_quick).await;
+        Fixture::own(Under::Sentinel(Arc::new(deployment)))
     }
 
     pub fn memory() -> Self {
-        Fixture {
-            backend: Under::Memory(Arc::new(MemoryBackend::new())),
-        }
+        Fixture::own(Under::Memory(Arc::new(MemoryBackend::new())))
     }
 
     /// A backend written outside the crate (`support/outside.rs`).
     pub fn outside() -> Self {
-        Fixture {
-            backend: Under::Memory(Arc::new(crate::support::outside::MapBackend::default())),
-        }
+        Fixture::own(Under::Memory(Arc::new(
+            crate::support::outside::MapBackend::default(),
+        )))
     }
 
-    /// One etcd member of its own, per test.
+    /// The binary's etcd member, shared with the other tests under a
+    /// namespace of the test's own.
     #[cfg(feature = "etcd")]
     pub async fn etcd() -> Self {
-        let cluster = tokio::task::spawn_blocking(crate::support::etcd::EtcdCluster::single)
-            .await
-            .expect("starting etcd");
-        Fixture {
-            backend: Under::Etcd(cluster),
+        use crate::support::etcd::EtcdCluster;
+        static MEMBER: Shared<EtcdCluster> = Shared::new();
+        let cluster = blocking(|| MEMBER.get(EtcdCluster::single)).await;
+        Fixture::shared(Under::Etcd(cluster))
+    }
+
+    /// An etcd member of the test's own, for a test that stops or freezes
+    /// it.
+    #[cfg(feature = "etcd")]
+    pub async fn own_etcd() -> Self {
+        let cluster = blocking(crate::support::etcd::EtcdCluster::single).await;
+        Fixture::own(Under::Etcd(Arc::new(cluster)))
+    }
+
+    /// The namespace of the fixture's lockers: empty on servers of the
+    /// test's own.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// `key` as the fixture's lockers store it: after the test's namespace,
+    /// as [`Locker::wire_key`] writes it.
+    fn wire_key(&self, key: &str) -> String {
+        if self.namespace.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}:{key}", self.namespace)
         }
     }
 
@@ -115,16 +182,23 @@ impl Fixture {
         )
     }
 
-    /// The key-value under `key` in etcd.
+    /// The key-value stored under `wire_key` in etcd.
     #[cfg(feature = "etcd")]
-    async fn etcd_get(&self, key: &str) -> Option<etcd_client::KeyValue> {
+    async fn etcd_get(&self, wire_key: &str) -> Option<etcd_client::KeyValue> {
         let mut client = self.etcd_client().await;
-        let mut found = self.check(client.get(key, None).await, "etcd get");
+        let mut found = self.check(client.get(wire_key, None).await, "etcd get");
         found.take_kvs().into_iter().next()
     }
 
-    /// A new locker on the shared backend.
+    /// A new locker on the fixture's backend, in the test's namespace on
+    /// shared servers.
     pub async fn locker(&self) -> Locker {
+        self.locker_without_namespace()
+            .await
+            .with_namespace(&self.namespace)
+    }
+
+    async fn locker_without_namespace(&self) -> Locker {
         match &self.backend {
             Under::Redis(server) => {
                 Locker::new(server.expect_ok(RedisBackend::connect(&server.url()).await, "connect"))
@@ -156,11 +230,16 @@ impl Fixture {
         }
     }
 
+    /// The look behind the library's back, from here to `value`, takes keys
+    /// as the fixture's lockers name them, and adds the test's namespace.
+    ///
     /// Whether `key` is locked, as the store says: on Redis, the key exists on
     /// the server, or on the master that serves its slot; on Redlock, it
     /// exists on a majority of the masters. The in-memory store can only be
     /// asked through a locker: another one cannot obtain the key.
     pub async fn is_held(&self, key: &str) -> bool {
+        let wire_key = self.wire_key(key);
+        let key = wire_key.as_str();
         match &self.backend {
             Under::Redis(_) | Under::Sentinel(_) => self.held_on_master(key),
             Under::Cluster(cluster) => cluster.node(cluster.master_for(key)).cmd(&["EXISTS", key]),
@@ -195,6 +274,8 @@ impl Fixture {
     /// `quorum`-th longest. The in-memory store does not tell anyone but the
     /// owner; cases that need this leave the memory backend out.
     pub async fn lease_left(&self, key: &str) -> Option<Duration> {
+        let wire_key = self.wire_key(key);
+        let key = wire_key.as_str();
         let pttl = |node: &RedisServer| {
             let millis: i64 = node.cmd(&["PTTL", key]);
             u64::try_from(millis).ok().map(Duration::from_millis)
@@ -225,6 +306,8 @@ impl Fixture {
     /// another owner that took the key over would: on every master, for
     /// Redlock. Not possible on the in-memory store.
     pub async fn overwrite(&self, key: &str, value: &str) {
+        let wire_key = self.wire_key(key);
+        let key = wire_key.as_str();
         let set = |node: &RedisServer| {
             let () = node.cmd(&["SET", key, value, "PX", "30000"]);
         };
@@ -250,6 +333,8 @@ impl Fixture {
     /// tokens may skip. Set equal, they count one by one, as a single counter
     /// does. Nothing to do on the in-memory store, whose counter is one.
     pub async fn set_fence_counter(&self, key: &str, value: u64) {
+        let wire_key = self.wire_key(key);
+        let key = wire_key.as_str();
         let value = value.to_string();
         let set = |node: &RedisServer| {
             let () = node.cmd(&["SET", key, &value]);
@@ -268,6 +353,8 @@ impl Fixture {
     /// The value under `key`: for Redlock, the value a majority of the masters
     /// agree on. Not possible on the in-memory store.
     pub async fn value(&self, key: &str) -> Option<String> {
+        let wire_key = self.wire_key(key);
+        let key = wire_key.as_str();
         let get = |node: &RedisServer| node.cmd::<Option<String>>(&["GET", key]);
         match &self.backend {
             Under::Redis(_) | Under::Sentinel(_) => get(self.master().expect("one master")),
@@ -295,11 +382,23 @@ impl Fixture {
         self.master().expect("one master").cmd(&["EXISTS", key])
     }
 
+    /// Panics when the servers are shared: the test that would `what` them
+    /// needs a fixture of its own (`Fixture::own_cluster` and the like).
+    #[track_caller]
+    fn refuse_on_shared_servers(&self, what: &str) {
+        assert!(
+            self.namespace.is_empty(),
+            "cannot {what} servers that other tests share: give the test servers of its own"
+        );
+    }
+
     /// Kills every server behind the backend with SIGKILL, as a crash would,
     /// so that calls fail; the harness reaps them when the fixture drops. An
     /// in-memory store cannot become unreachable; cases that need this leave
     /// the memory backend out.
+    #[track_caller]
     pub fn stop(&self) {
+        self.refuse_on_shared_servers("stop");
         #[cfg(feature = "etcd")]
         if let Under::Etcd(cluster) = &self.backend {
             return cluster.kill_all();
@@ -309,7 +408,9 @@ impl Fixture {
 
     /// Freezes every server behind the backend: connections stay open,
     /// nothing is answered. Not possible on the in-memory store.
+    #[track_caller]
     pub fn pause(&self) {
+        self.refuse_on_shared_servers("pause");
         #[cfg(feature = "etcd")]
         if let Under::Etcd(cluster) = &self.backend {
             return cluster.pause();

@@ -9,6 +9,7 @@ pub mod outside;
 pub mod proxy;
 pub mod redis;
 pub mod sentinel;
+pub mod shared;
 pub mod tls;
 
 #[allow(unused_imports)] // Likewise: not every test binary starts a server.

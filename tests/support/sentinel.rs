@@ -18,6 +18,10 @@ const QUORUM: usize = 2;
 /// so that a failover takes a few seconds; long enough that a busy machine
 /// does not trigger one by itself.
 const DOWN_AFTER_MS: u64 = 1000;
+/// The same for a deployment that no test fails over, shared by many tests:
+/// a master that the machine's load holds up for a moment is not failed over
+/// under the tests' feet.
+const STEADY_DOWN_AFTER_MS: u64 = 60_000;
 const FAILOVER_TIMEOUT_MS: u64 = 5000;
 /// Sentinels find each other through hello messages sent every 2 s.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -40,14 +44,14 @@ impl RedisSentinel {
     /// replicas and the two other sentinels.
     #[track_caller]
     pub fn start() -> Self {
-        Self::start_ready(true, None, None)
+        Self::start_ready(true, None, None, DOWN_AFTER_MS)
     }
 
     /// Like [`RedisSentinel::start_quick`], every process accepting TLS only,
     /// with the certificates of `ca` (and replicating over TLS).
     #[track_caller]
     pub fn start_tls(ca: &TestCa) -> Self {
-        Self::start_ready(false, None, Some(ca))
+        Self::start_ready(false, None, Some(ca), DOWN_AFTER_MS)
     }
 
     /// Like [`RedisSentinel::start_quick`], with passwords: the master and
@@ -55,7 +59,7 @@ impl RedisSentinel {
     /// the master), the sentinels ask for `sentinel`.
     #[track_caller]
     pub fn start_with_passwords(master: &str, sentinel: &str) -> Self {
-        Self::start_ready(false, Some((master, sentinel)), None)
+        Self::start_ready(false, Some((master, sentinel)), None, DOWN_AFTER_MS)
     }
 
     /// Like [`RedisSentinel::start`], but returns as soon as every sentinel
@@ -64,7 +68,15 @@ impl RedisSentinel {
     /// do not fail over.
     #[track_caller]
     pub fn start_quick() -> Self {
-        Self::start_ready(false, None, None)
+        Self::start_ready(false, None, None, DOWN_AFTER_MS)
+    }
+
+    /// Like [`RedisSentinel::start_quick`], with sentinels that wait a
+    /// minute, not a second, before they think the master down: for a
+    /// deployment shared by tests that never fail it over.
+    #[track_caller]
+    pub fn start_steady() -> Self {
+        Self::start_ready(false, None, None, STEADY_DOWN_AFTER_MS)
     }
 
     #[track_caller]
@@ -72,6 +84,7 @@ impl RedisSentinel {
         for_failover: bool,
         passwords: Option<(&str, &str)>,
         tls: Option<&TestCa>,
+        down_after_ms: u64,
     ) -> Self {
         // Replicas synchronise at once instead of waiting 5 s for others to
         // share the transfer.
@@ -106,7 +119,7 @@ impl RedisSentinel {
         });
         let mut config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {port} {QUORUM}\n\
-             sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
+             sentinel down-after-milliseconds {MASTER_NAME} {down_after_ms}\n\
              sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
              sentinel parallel-syncs {MASTER_NAME} 2\n"
         );
