@@ -525,8 +525,10 @@ pub async fn ttl_within_the_drift_margin_is_invalid(fx: &Fixture) {
 
 pub async fn max_hold_stops_renewing_and_the_lease_is_lost(fx: &Fixture) {
     let (a, b) = (fx.locker().await, fx.locker().await);
-    let ttl = Duration::from_millis(600);
-    let max_hold = Duration::from_millis(1500);
+    // A second's ttl, so that a stall of a few hundred ms on a loaded
+    // machine does not lose the lease before max_hold does.
+    let ttl = Duration::from_secs(1);
+    let max_hold = Duration::from_millis(2500);
     let guard = fx
         .check(
             a.obtain("job", ttl, once().max_hold(max_hold)).await,

@@ -257,11 +257,20 @@ impl RedisCluster {
         self.nodes[index].cmd(&["CLUSTER", "MYID"])
     }
 
-    /// Index of the replica of the master at `master`.
+    /// Index of the replica of the master at `master`, waiting (up to 10 s)
+    /// until the master lists it: a replica attaches a moment after the
+    /// cluster reports `ok`.
     #[track_caller]
     pub fn replica_of(&self, master: usize) -> usize {
         let id = self.node_id(master);
-        let replicas: Vec<String> = self.nodes[master].cmd(&["CLUSTER", "REPLICAS", &id]);
+        let mut replicas: Vec<String> = Vec::new();
+        for _ in 0..1000 {
+            replicas = self.nodes[master].cmd(&["CLUSTER", "REPLICAS", &id]);
+            if !replicas.is_empty() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
         let line = replicas
             .first()
             .unwrap_or_else(|| self.fail(format_args!("node {master} has no replica")));

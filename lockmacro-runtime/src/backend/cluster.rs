@@ -428,6 +428,10 @@ impl ClusterBackend {
                     last = Some(err);
                     tokio::time::sleep(FOLLOW_PAUSE).await;
                 }
+                // The client's own response timeout is the budget too: when
+                // it fires a moment before ours, the budget ran out all the
+                // same.
+                Ok(Err(err)) if err.is_timeout() => return Err(self.spent(keys, last)),
                 Ok(Err(err)) => return Err(Failure::Redis(err)),
                 Err(_) => return Err(self.spent(keys, last)),
             }
