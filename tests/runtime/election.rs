@@ -18,6 +18,7 @@ use lockmacro_runtime::{Leadership, LockError, Locker, MemoryBackend};
 
 use crate::fixture::Fixture;
 use crate::support::RedisServer;
+use crate::wakeup::{calls, commands, listeners};
 
 const ROLE: &str = "scheduler";
 const TTL: Duration = Duration::from_secs(30);
@@ -287,41 +288,6 @@ async fn term_kept_after_run_is_over_and_holds_nothing() {
         .expect("the role is still held")
         .unwrap();
     assert!(next.term() > kept.number());
-}
-
-/// Calls per command since the last `CONFIG RESETSTAT`, `INFO`, `CONFIG`
-/// and `PUBSUB` (the test's own) left out.
-fn commands(server: &RedisServer) -> Vec<(String, u64)> {
-    let info: String = server.cmd(&["INFO", "commandstats"]);
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            (!["info", "config", "pubsub"]
-                .iter()
-                .any(|own| name.starts_with(own)))
-            .then(|| (name.to_owned(), calls))
-        })
-        .collect()
-}
-
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    commands(server)
-        .into_iter()
-        .find_map(|(name, calls)| (name == command).then_some(calls))
-        .unwrap_or(0)
-}
-
-/// Subscribers of the channel on which releases of `key` are announced.
-fn listeners(server: &RedisServer, key: &str) -> i64 {
-    let reply: (String, i64) =
-        server.cmd(&["PUBSUB", "NUMSUB", &format!("lockmacro:released:{key}")]);
-    reply.1
 }
 
 /// A follower sends no command while it waits for the leader, whose lease

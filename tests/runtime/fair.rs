@@ -162,17 +162,32 @@ fn memory_lockers(n: usize) -> Vec<Locker> {
     (0..n).map(|_| Locker::new(backend.clone())).collect()
 }
 
-/// Five waiters, queued one after the other, obtain in that order; each
-/// releases at once, handing the key to the next.
-async fn arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
-    let held = lockers[0]
-        .obtain("job", TTL, ObtainOptions::new())
-        .await
-        .expect("obtain");
+/// The waiters on `lockers[1..]`, queued one after the other with `opts`
+/// while `lockers[0]` holds the key with `held` (the whole key, or every
+/// permit), obtain in that order once one holding is given back; each
+/// releases at once, handing its turn to the next.
+async fn served_in_arrival_order(
+    queue: Queue<'_>,
+    lockers: Vec<Locker>,
+    held: ObtainOptions,
+    holdings: usize,
+    opts: ObtainOptions,
+) {
+    let mut holding = Vec::new();
+    for _ in 0..holdings {
+        holding.push(
+            lockers[0]
+                .obtain("job", TTL, held.clone())
+                .await
+                .expect("obtain"),
+        );
+    }
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for (place, locker) in lockers[1..].iter().enumerate() {
-        let waiter = queue.join(locker, "job", fair(), place as i64 + 1).await;
+        let waiter = queue
+            .join(locker, "job", opts.clone(), place as i64 + 1)
+            .await;
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
             let lock = waiter
@@ -183,15 +198,25 @@ async fn arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
             lock.release().await.expect("release");
         }));
     }
-    held.release().await.expect("release");
+    let first = holding.remove(0);
+    first.release().await.expect("release");
     promptly("every waiter obtains in turn", async {
         for waiter in waiters {
             waiter.await.expect("waiter task");
         }
     })
     .await;
+    for lock in holding {
+        lock.release().await.expect("release");
+    }
     let order = order.lock().unwrap().clone();
     assert_eq!(order, (0..lockers.len() - 1).collect::<Vec<_>>());
+}
+
+/// Five waiters, queued one after the other, obtain in that order; each
+/// releases at once, handing the key to the next.
+async fn arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
+    served_in_arrival_order(queue, lockers, ObtainOptions::new(), 1, fair()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,41 +235,8 @@ async fn memory_arrival_order_is_respected() {
 /// queue one after the other; giving one permit back hands it down the line
 /// in that order (each releases at once), while the other stays held.
 async fn permit_arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
-    let permits = || ObtainOptions::new().permits(2);
-    let first = lockers[0]
-        .obtain("job", TTL, permits())
-        .await
-        .expect("obtain");
-    let second = lockers[0]
-        .obtain("job", TTL, permits())
-        .await
-        .expect("obtain");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut waiters = Vec::new();
-    for (place, locker) in lockers[1..].iter().enumerate() {
-        let waiter = queue
-            .join(locker, "job", fair().permits(2), place as i64 + 1)
-            .await;
-        let order = order.clone();
-        waiters.push(tokio::spawn(async move {
-            let lock = waiter
-                .await
-                .expect("waiter task")
-                .expect("the waiter obtains");
-            order.lock().unwrap().push(place);
-            lock.release().await.expect("release");
-        }));
-    }
-    first.release().await.expect("release");
-    promptly("every waiter obtains in turn", async {
-        for waiter in waiters {
-            waiter.await.expect("waiter task");
-        }
-    })
-    .await;
-    second.release().await.expect("release");
-    let order = order.lock().unwrap().clone();
-    assert_eq!(order, (0..lockers.len() - 1).collect::<Vec<_>>());
+    let permits = ObtainOptions::new().permits(2);
+    served_in_arrival_order(queue, lockers, permits, 2, fair().permits(2)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

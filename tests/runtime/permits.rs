@@ -254,14 +254,7 @@ pub async fn redis_waiter_for_a_permit_sends_nothing_and_is_woken(
     let b = server.expect_ok(Locker::connect(&server.url()).await, "connect");
     let held = server.expect_ok(a.obtain("api", LONG, permits(1)).await, "obtain");
     let waiter = tokio::spawn(async move { b.obtain("api", LONG, patient(1)).await });
-    for _ in 0..500 {
-        let (_, listening): (String, i64) =
-            server.cmd(&["PUBSUB", "NUMSUB", "lockmacro:released:api"]);
-        if listening > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::wakeup::until_listening(server, "api", 1).await;
     // Listening, then one more attempt, which marks the key as awaited.
     for _ in 0..500 {
         let flagged: bool = server.cmd(&["EXISTS", "{api}:waiters"]);
@@ -272,13 +265,7 @@ pub async fn redis_waiter_for_a_permit_sends_nothing_and_is_woken(
     }
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let info: String = server.cmd(&["INFO", "commandstats"]);
-    let sent: Vec<&str> = info
-        .lines()
-        .filter(|line| {
-            line.starts_with("cmdstat_") && !line.contains("info") && !line.contains("config")
-        })
-        .collect();
+    let sent = crate::wakeup::commands(server);
     assert!(sent.is_empty(), "a waiting locker sent commands: {sent:?}");
     server.expect_ok(held.release().await, "release");
     let lock = tokio::time::timeout(PROMPTLY, waiter)

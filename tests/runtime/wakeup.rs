@@ -39,7 +39,7 @@ async fn obtained_promptly(waiter: tokio::task::JoinHandle<Lock>, what: &str) ->
 }
 
 /// Subscribers of the channel on which releases of `key` are announced.
-fn listeners(server: &RedisServer, key: &str) -> i64 {
+pub(crate) fn listeners(server: &RedisServer, key: &str) -> i64 {
     let reply: (String, i64) =
         server.cmd(&["PUBSUB", "NUMSUB", &format!("lockmacro:released:{key}")]);
     reply.1
@@ -47,7 +47,7 @@ fn listeners(server: &RedisServer, key: &str) -> i64 {
 
 /// Waits until `n` lockers listen for releases of `key`: they found it busy
 /// and are waiting.
-async fn until_listening(server: &RedisServer, key: &str, n: i64) {
+pub(crate) async fn until_listening(server: &RedisServer, key: &str, n: i64) {
     for _ in 0..500 {
         if listeners(server, key) >= n {
             return;
@@ -57,9 +57,9 @@ async fn until_listening(server: &RedisServer, key: &str, n: i64) {
     server.fail(format_args!("nobody listens for releases of `{key}`"));
 }
 
-/// Calls per command since the last `CONFIG RESETSTAT`, `INFO` and `CONFIG`
-/// excluded.
-fn commands(server: &RedisServer) -> Vec<(String, u64)> {
+/// Calls per command since the last `CONFIG RESETSTAT`, the test's own
+/// (`INFO`, `CONFIG`, `PUBSUB`) left out.
+pub(crate) fn commands(server: &RedisServer) -> Vec<(String, u64)> {
     let info: String = server.cmd(&["INFO", "commandstats"]);
     info.lines()
         .filter_map(|line| {
@@ -70,14 +70,16 @@ fn commands(server: &RedisServer) -> Vec<(String, u64)> {
                 .next()?
                 .parse()
                 .ok()?;
-            (!name.starts_with("info") && !name.starts_with("config"))
-                .then(|| (name.to_owned(), calls))
+            (!["info", "config", "pubsub"]
+                .iter()
+                .any(|own| name.starts_with(own)))
+            .then(|| (name.to_owned(), calls))
         })
         .collect()
 }
 
 /// Calls of `command` since the last `CONFIG RESETSTAT`.
-fn calls(server: &RedisServer, command: &str) -> u64 {
+pub(crate) fn calls(server: &RedisServer, command: &str) -> u64 {
     commands(server)
         .into_iter()
         .find_map(|(name, calls)| (name == command).then_some(calls))
