@@ -510,7 +510,6 @@ impl Term {
                 return;
             }
             if lease.is_lost() {
-                lease.mark_lost();
                 return;
             }
             tokio::select! {

@@ -170,7 +170,6 @@ impl LockGuard {
             tokio::pin!(notified);
             notified.as_mut().enable();
             if lease.is_lost() {
-                lease.mark_lost();
                 return;
             }
             tokio::select! {

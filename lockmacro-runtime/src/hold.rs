@@ -280,12 +280,10 @@ pub(crate) async fn supervise<F: Future>(
     let mut lost = std::pin::pin!(guard.lost());
     std::future::poll_fn(|cx| {
         if lease.is_lost() {
-            lease.mark_lost();
             return Poll::Ready(None);
         }
         if let Poll::Ready(outcome) = poll_catching(body.as_mut(), cx) {
             if outcome.is_ok() && lease.is_lost() {
-                lease.mark_lost();
                 return Poll::Ready(None);
             }
             return Poll::Ready(Some(outcome));

@@ -518,8 +518,11 @@
 //! | `lockmacro_lost_total` | counter | leases lost (refused refresh, local deadline, `max_hold`) |
 //! | `lockmacro_refresh_failures_total` | counter | watchdog refreshes that could not be sent or answered |
 //! | `lockmacro_wait_seconds` | histogram | time an obtain took, obtained or busy |
-//! | `lockmacro_hold_seconds` | histogram | time from taking a lock to the end of its lease |
-//! | `lockmacro_leases_held` | gauge | leases held now |
+//! | `lockmacro_hold_seconds` | histogram | time from taking a lock to its release, loss or drop |
+//! | `lockmacro_leases_held` | gauge | leases held now: obtained, and not yet given back, lost or dropped |
+//!
+//! Each is recorded before the call that caused it returns: read right
+//! after `obtain`, `release` or `lost().await`, the figures include it.
 //!
 //! Every metric has two labels: `backend` (`redis`, `sentinel`, `cluster`,
 //! `redlock`, `memory`, or a custom backend's

@@ -60,11 +60,15 @@ pub(crate) struct Lease {
     /// watchdog stops renewing once it reaches it.
     pub(crate) hold_until: Option<Instant>,
     pub(crate) timing: Mutex<Timing>,
-    /// Set once the lease is known or presumed gone; never cleared.
+    /// Set once the lease is known or presumed gone, and only after the
+    /// loss was logged and counted; never cleared.
     pub(crate) lost: AtomicBool,
     pub(crate) lost_notify: Notify,
     /// Set once the owner released or dropped the lock: the watchdog forgets it.
     pub(crate) done: AtomicBool,
+    /// Set once the lease stopped counting as held (given back, lost or
+    /// dropped), so that it leaves the `leases_held` gauge exactly once.
+    pub(crate) ended: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -145,8 +149,18 @@ impl Lease {
         self.lost.load(Ordering::Acquire)
     }
 
+    /// True once the lease is lost. A lease found past its deadline is
+    /// declared lost here, so that whoever sees it lost also sees it logged
+    /// and counted.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire) || Instant::now() >= self.timing().deadline
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= self.timing().deadline {
+            self.mark_lost();
+            return true;
+        }
+        false
     }
 
     /// The labels of this lease's metrics.
@@ -162,12 +176,35 @@ impl Lease {
         }
     }
 
+    /// Declares the lease lost: logs and counts it once, then sets the flag.
+    ///
+    /// Several threads may declare the same loss (the watchdog, and a
+    /// `lost().await` that found the deadline passed). The declaration runs
+    /// under the timing lock and the flag is set last, so a caller that
+    /// returns from here, or sees the flag, also sees the loss counted.
     pub(crate) fn mark_lost(&self) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(target: "lockmacro", key = %self.key(), "lease lost");
-            metrics::lost(self.labels());
+        if !self.lost.load(Ordering::Acquire) {
+            let _declaring = self
+                .timing
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !self.lost.load(Ordering::Acquire) {
+                tracing::warn!(target: "lockmacro", key = %self.key(), "lease lost");
+                metrics::lost(self.labels());
+                self.end();
+                self.lost.store(true, Ordering::Release);
+            }
         }
         self.lost_notify.notify_waiters();
+    }
+
+    /// Takes the lease off the `leases_held` gauge, once, and records how
+    /// long it was held: when it is given back, lost or dropped, whichever
+    /// comes first.
+    pub(crate) fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            metrics::ended(self.labels(), self.acquired_at.elapsed());
+        }
     }
 
     /// Refreshes the lease to `ttl`; on success moves the local deadline to
@@ -245,8 +282,11 @@ impl Lease {
 
     pub(crate) async fn release(&self) -> Result<(), LockError> {
         self.done.store(true, Ordering::Release);
-        let released = self.backend.release(self.wire_keys(), self.token()).await?;
-        if released {
+        let released = self.backend.release(self.wire_keys(), self.token()).await;
+        // Counted before the caller's `await` returns, whatever the answer:
+        // the owner holds the lease no longer.
+        self.end();
+        if released? {
             tracing::debug!(target: "lockmacro", key = %self.key(), "released");
             metrics::released(self.labels());
             Ok(())
@@ -270,7 +310,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        metrics::ended(self.labels(), self.acquired_at.elapsed());
+        self.end();
     }
 }
 

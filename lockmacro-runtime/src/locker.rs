@@ -436,6 +436,7 @@ impl Locker {
                     lost: AtomicBool::new(false),
                     lost_notify: Notify::new(),
                     done: AtomicBool::new(false),
+                    ended: AtomicBool::new(false),
                 }),
             }
         };
