@@ -18,7 +18,7 @@ use super::redis::{
 use super::slot::{check_same_slot, slot};
 use super::{
     AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
-    TOKEN_LEN, join_all,
+    TOKEN_LEN,
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
@@ -683,11 +683,9 @@ impl Backend for ClusterBackend {
                 .collect();
             let calls = batches
                 .iter()
-                .map(|batch| -> BoxFuture<'_, _> {
-                    Box::pin(self.refresh_batch(batch.iter().map(|&i| &requests[i]).collect()))
-                })
-                .collect();
-            for (batch, outcome) in batches.iter().zip(join_all(calls).await) {
+                .map(|batch| self.refresh_batch(batch.iter().map(|&i| &requests[i]).collect()));
+            let outcomes = futures_util::future::join_all(calls).await;
+            for (batch, outcome) in batches.iter().zip(outcomes) {
                 for (&index, result) in batch.iter().zip(outcome) {
                     results[index] = Some(result);
                 }

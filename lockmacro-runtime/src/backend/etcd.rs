@@ -965,7 +965,7 @@ impl EtcdBackend {
                 })
             })
             .collect();
-        super::join_all(futures).await
+        futures_util::future::join_all(futures).await
     }
 
     /// A refresh to another ttl: etcd cannot change a lease's length, so the

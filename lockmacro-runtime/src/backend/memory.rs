@@ -351,13 +351,13 @@ impl State {
             return Ok(());
         };
         if req.keys.iter().any(|key| key == fence_key) {
-            return Err(super::fence_key_refused(
+            return Err(super::keys::fence_key_refused(
                 fence_key,
                 "the fence counter is also a key being locked",
             ));
         }
         if self.live(fence_key, now).is_some() {
-            return Err(super::fence_key_refused(
+            return Err(super::keys::fence_key_refused(
                 fence_key,
                 "the fence counter holds a value that is not a counter (a lock key?)",
             ));

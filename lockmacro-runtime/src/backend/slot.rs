@@ -4,7 +4,7 @@
 //! otherwise. The check runs before anything is sent, so the caller learns
 //! which keys clash and how to fix them instead of reading a server error.
 
-use super::hashtag;
+use super::keys::hashtag;
 use crate::LockError;
 
 /// Number of hash slots in a Redis Cluster.

@@ -35,7 +35,7 @@ use self::connect::preload;
 use crate::LockError;
 use crate::backend::{
     AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
-    TOKEN_LEN, join_all,
+    TOKEN_LEN,
 };
 
 /// Locks on one Redis server.
@@ -368,9 +368,11 @@ impl Backend for RedisBackend {
                 .collect();
             let batches = valid
                 .chunks(REFRESH_BATCH)
-                .map(|batch| -> BoxFuture<'_, _> { Box::pin(self.refresh_batch(batch)) })
-                .collect();
-            let mut refreshed = join_all(batches).await.into_iter().flatten();
+                .map(|batch| self.refresh_batch(batch));
+            let mut refreshed = futures_util::future::join_all(batches)
+                .await
+                .into_iter()
+                .flatten();
             requests
                 .iter()
                 .map(|req| match req.token.len() {

@@ -8,9 +8,8 @@ use redis::Script;
 
 use super::errors::backend_error;
 use crate::LockError;
-use crate::backend::{
-    AcquireRequest, Acquired, RefreshRequest, Share, derived_queue_key, derived_waiters_key,
-};
+use crate::backend::keys::{derived_queue_key, derived_waiters_key, fence_key_refused};
+use crate::backend::{AcquireRequest, Acquired, RefreshRequest, Share};
 use crate::error::{BackendError, BackendErrorKind};
 
 // The sources are kept next to their `Script`s for the cluster backend, which
@@ -343,7 +342,7 @@ pub(in crate::backend) fn not_a_fence(err: LockError, fence_key: Option<&str>) -
                         .to_owned()
                 })
                 .unwrap_or_default();
-            crate::backend::fence_key_refused(fence_key, &detail)
+            fence_key_refused(fence_key, &detail)
         }
         _ => err,
     }
