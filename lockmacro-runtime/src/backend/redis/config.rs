@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 #[cfg(feature = "tls-rustls")]
-use super::tls::{ClientIdentity, RootCertificate};
+use super::tls::{ClientIdentity, RootCertificate, certificates};
+#[cfg(feature = "tls-rustls")]
+use crate::LockError;
 use crate::backend::{DEFAULT_FENCE_EXPIRY, DEFAULT_GRANT_LEASE};
 
 /// Connection settings for [`RedisBackend`](super::RedisBackend), [`ClusterBackend`](crate::backend::ClusterBackend)
@@ -121,5 +123,77 @@ impl RedisConfig {
     pub fn grant_lease(mut self, lease: Duration) -> Self {
         self.grant_lease = clamp_expiry(lease);
         self
+    }
+}
+
+#[cfg(feature = "tls-rustls")]
+impl RedisConfig {
+    /// Trusts the certificate authorities in `pem` (one or more PEM
+    /// certificates, as in a `ca.crt` file) for `rediss://` connections,
+    /// *instead of* the system's roots: for servers whose certificate is
+    /// signed by a private CA.
+    ///
+    /// Without it, `rediss://` trusts the operating system's certificate
+    /// store. The server's certificate must name the host of the URL (a DNS
+    /// name, or the IP address as a subject alternative name). A `redis://`
+    /// URL with a root certificate is refused, rather than connecting without
+    /// TLS.
+    ///
+    /// TLS is provided by rustls with the *ring* crypto provider, installed as
+    /// the process default on the first `rediss://` connection unless the
+    /// program installed another one before.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+    ///
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let config = RedisConfig::default().tls_root_certificate(ca);
+    /// let backend = RedisBackend::connect_with("rediss://redis.internal:6380/", config).await?;
+    /// let locker = Locker::new(backend);
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(RootCertificate::new(pem.into()));
+        self
+    }
+
+    /// Presents the certificate chain in `certificate_pem` (the client's
+    /// certificate first) and its private key in `key_pem` (PKCS#8, PKCS#1
+    /// or SEC1 PEM) to servers that check clients (mutual TLS:
+    /// `tls-auth-clients yes`). Only used with `rediss://` URLs; a `redis://`
+    /// URL with a client certificate is refused, rather than connecting
+    /// without TLS. Both are checked when connecting, and the key is never
+    /// printed.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+    ///
+    /// let config = RedisConfig::default()
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read("/etc/locks/client.crt")?,
+    ///         std::fs::read("/etc/locks/client.key")?,
+    ///     );
+    /// let backend = RedisBackend::connect_with("rediss://redis.internal:6380/", config).await?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_client = Some(ClientIdentity::new(certificate_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// The certificates to trust and to present, checked: `server` names the
+    /// server in the error when one cannot be used.
+    pub(in crate::backend) fn tls_certificates(
+        &self,
+        server: &str,
+    ) -> Result<Option<redis::TlsCertificates>, LockError> {
+        certificates(self.tls_root.as_ref(), self.tls_client.as_ref(), server)
     }
 }
