@@ -1,0 +1,375 @@
+//! Locks on etcd: a lock is a key attached to an etcd lease.
+//!
+//! # On the wire
+//!
+//! | key | value | lease | written by |
+//! |---|---|---|---|
+//! | `<key>` | token (32 hex digits), then metadata | one lease per lock, of the ttl rounded up to whole seconds | acquire, one transaction for all of a lock's keys |
+//! | `<key>/queue/<token>` | the fair waiter's value | one lease per fair attempt, of its wait | a fair attempt that found the key taken |
+//! | `<fence_key>` | the token of the lock that last wrote it | none | acquire with an explicit fence key, in the same transaction |
+//!
+//! Acquire grants a lease, then sends one transaction: if every key has
+//! `create_revision == 0` (does not exist), put them all with the lease,
+//! else read them. Refresh is a lease keep-alive plus a read that checks the
+//! keys still hold the token; release deletes the keys in a transaction that
+//! compares their value and lease, then revokes the lease. Waiters watch the
+//! key for deletions (a release, or the lease running out).
+
+mod acquire;
+mod config;
+mod fair;
+mod members;
+mod refresh;
+mod watching;
+mod wire;
+
+pub use self::config::EtcdConfig;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
+
+use self::members::*;
+use self::wire::*;
+use crate::LockError;
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
+    TOKEN_LEN,
+};
+use crate::error::{BackendError, BackendErrorKind};
+
+/// Locks on an etcd cluster: keys attached to leases, wake-ups by watch,
+/// fencing tokens from revisions.
+///
+/// Give it every member's client URL. It keeps one connection per member and
+/// talks to one at a time; when that member does not answer (killed, frozen,
+/// cut off, or without a leader) it moves to the next one. A single
+/// `etcd_client::Client` over all members would keep dialing a dead member
+/// after its leader is killed (etcdv3/etcd-client#39).
+///
+/// # Leases are whole seconds
+///
+/// etcd grants leases in whole seconds, and at least its minimum (1.5 × the
+/// election timeout, rounded up: 2 s with the default settings). A ttl is
+/// rounded up to that on the server, never refused: `ttl = "500ms"` keeps
+/// the key on the server for at least a second. The holder still trusts the
+/// lease for the ttl it asked for (less the drift margin, as on Redis): the
+/// watchdog declares it lost after 500 ms without a confirmed refresh, while
+/// the server may keep others out for up to the rounded lease. The rounding
+/// only ever delays the next holder (after a crash), never lets two in. The
+/// default drift margin ([`Backend::drift`], `ttl / 100 + 2 ms`) fits etcd
+/// as it fits Redis: the leader counts a renewal from when it applies it,
+/// after the request was sent; it checks for expired leases only every
+/// half second; and a new leader extends every lease by an election timeout.
+/// All of these make the server's expiry later than `sent + ttl`, never
+/// earlier.
+///
+/// A lock takes at most 64 keys: etcd refuses a transaction of more than 128
+/// comparisons (`--max-txn-ops`), and each key needs two.
+///
+/// # Fencing tokens are revisions
+///
+/// A lock's fencing token is the etcd revision at which it took its keys
+/// (their `create_revision`). Revisions are assigned by the Raft leader in
+/// log order and are part of the replicated state, so they strictly increase
+/// across all keys, through leader elections and member restarts: a newer
+/// holder of any key always has a larger token than every older one. This is
+/// the token Kleppmann's "How to do distributed locking" (2016) asks for, and
+/// the property Jepsen's etcd 3.4.3 analysis (2020) found held, while it
+/// showed that the lease alone cannot stop a paused holder from acting late:
+/// only a resource that checks the token can. With an explicit fence key,
+/// the same transaction also writes that key (its value is the token of the
+/// lock), so its `mod_revision` is the lock's token; tokens are then not
+/// consecutive, but still strictly increasing per fence key and across them.
+///
+/// # Fair waiters
+///
+/// A fair waiter puts `<key>/queue/<token>` under a lease of its wait; the
+/// entry with the lowest `create_revision` is first in line, and takes the
+/// key when it is free (a transaction checks that no entry is older). Every
+/// waiter is woken by the deletions it watches, so the release costs nothing
+/// more; the next in line takes the key with one more round trip.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+/// use lockmacro_runtime::{EtcdBackend, Locker};
+///
+/// let backend = EtcdBackend::connect(["http://10.0.0.1:2379", "http://10.0.0.2:2379", "http://10.0.0.3:2379"]).await?;
+/// let locker = Locker::new(backend);
+/// # Ok(()) }
+/// ```
+pub struct EtcdBackend {
+    members: Vec<Member>,
+    /// Index of the member the last successful call went to.
+    current: AtomicUsize,
+    config: EtcdConfig,
+    /// What this process knows of the locks it took, by token: spares a read
+    /// before each refresh and release. Never trusted alone: every change is
+    /// conditional on the store's own state.
+    held: Mutex<HashMap<String, Held>>,
+}
+
+struct Member {
+    /// `host:port`, for errors.
+    name: String,
+    client: Client,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    lease: i64,
+    value: String,
+    /// The lease length asked for, in whole seconds.
+    secs: i64,
+    /// A fair waiter's queue lease, revoked once it is done waiting.
+    queue_lease: Option<i64>,
+}
+
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field(
+                "members",
+                &self.members.iter().map(|m| &m.name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdBackend {
+    /// Connects to the members at `endpoints` (`http://host:port` or
+    /// `host:port`), with the default [`EtcdConfig`].
+    ///
+    /// Fails when no member answers, naming each one and what went wrong.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::{EtcdBackend, Locker};
+    ///
+    /// let backend = EtcdBackend::connect(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"]).await?;
+    /// let locker = Locker::new(backend).with_namespace("billing");
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect<I, S>(endpoints: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::connect_with(endpoints, EtcdConfig::default()).await
+    }
+
+    /// Like [`connect`](Self::connect), with `config`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{EtcdBackend, EtcdConfig};
+    ///
+    /// // Give up on a member after 500 ms and try the next one.
+    /// let config = EtcdConfig::default().response_timeout(Duration::from_millis(500));
+    /// let backend = EtcdBackend::connect_with(["http://10.0.0.1:2379", "http://10.0.0.2:2379"], config).await?;
+    /// # let _ = backend;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_with<I, S>(endpoints: I, config: EtcdConfig) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut members = Vec::new();
+        for endpoint in endpoints {
+            let url = endpoint.as_ref();
+            let name = member_name(url);
+            let url = if url.contains("://") {
+                url.to_owned()
+            } else {
+                format!("http://{url}")
+            };
+            let mut options = ConnectOptions::new()
+                .with_connect_timeout(config.connect_timeout)
+                // A member cut off from its leader refuses at once rather
+                // than serving stale reads or holding watches that hear
+                // nothing.
+                .with_require_leader(true)
+                .with_keep_alive(config.response_timeout, config.response_timeout)
+                .with_keep_alive_while_idle(true);
+            if let Some((user, password)) = &config.user {
+                options = options.with_user(user.clone(), password.clone());
+            }
+            let connect = Client::connect([url.as_str()], Some(options));
+            let client = match tokio::time::timeout(config.connect_timeout, connect).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(err)) => return Err(error(&name, "connect", &err).into()),
+                Err(_) => {
+                    return Err(BackendError::new(
+                        BackendErrorKind::Timeout,
+                        format!("etcd {name}: connect"),
+                        format!("no answer within {:?}", config.connect_timeout),
+                    )
+                    .into());
+                }
+            };
+            members.push(Member { name, client });
+        }
+        if members.is_empty() {
+            return Err(LockError::InvalidUrl {
+                url: String::new(),
+                reason: "no etcd endpoints given; pass at least one member's URL".into(),
+            });
+        }
+        let backend = EtcdBackend {
+            members,
+            current: AtomicUsize::new(0),
+            config,
+            held: Mutex::default(),
+        };
+        // The clients connect lazily: a first call finds out whether any
+        // member can be reached.
+        backend
+            .call("connect", |mut client| async move {
+                client
+                    .get("lockmacro", Some(GetOptions::new().with_count_only()))
+                    .await
+            })
+            .await?;
+        Ok(backend)
+    }
+
+    pub(super) fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        // Every change to the map is one insert or remove: a panic elsewhere
+        // cannot leave it half-written.
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Backend for EtcdBackend {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        req: AcquireRequest<'a>,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        Box::pin(async move {
+            match req.queue_for {
+                Some(wait) => self.acquire_fair(&req, wait).await,
+                None => self.acquire_plain(&req).await,
+            }
+        })
+    }
+
+    fn refresh<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let requests = [RefreshRequest::new(keys, token, ttl)];
+            self.refresh_all(&requests).await.pop().unwrap_or(Ok(false))
+        })
+    }
+
+    /// One read of every key (128 per transaction), then the keep-alives,
+    /// all in flight at once on the member's connection.
+    fn refresh_many<'a>(
+        &'a self,
+        requests: &'a [RefreshRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
+        Box::pin(self.refresh_all(requests))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let what = format!("release `{}`", keys.join("`, `"));
+            if token.len() != TOKEN_LEN {
+                return Ok(false);
+            }
+            // A waiter giving up leaves its queues.
+            let queued: Vec<TxnOp> = keys
+                .iter()
+                .map(|key| TxnOp::delete(format!("{}{token}", queue_prefix(key)), None))
+                .collect();
+            self.done_waiting(token, &what).await;
+            let Some(held) = self.lease_of(keys, token, &what).await? else {
+                self.txn(&what, Txn::new().and_then(queued)).await?;
+                self.held().remove(token);
+                return Ok(false);
+            };
+            let mut deletes: Vec<TxnOp> = keys
+                .iter()
+                .map(|key| TxnOp::delete(key.as_str(), None))
+                .collect();
+            deletes.extend(queued.iter().cloned());
+            let txn = Txn::new()
+                .when(Self::still_held(keys, &held))
+                .and_then(deletes)
+                .or_else(queued);
+            let released = self.txn(&what, txn).await?.succeeded();
+            // Whatever is still attached to the lease is ours: it goes too.
+            if held.lease != 0 {
+                self.revoke(held.lease, &what).await?;
+            }
+            self.held().remove(token);
+            Ok(released)
+        })
+    }
+
+    fn remaining<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        Box::pin(async move {
+            let what = format!("ttl of `{}`", keys.join("`, `"));
+            let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let found = self.read(&names, &what).await?;
+            let Some(held) = Self::common_lease(&found, token) else {
+                return Ok(None);
+            };
+            let ttl = self
+                .call(&what, |mut client| async move {
+                    client
+                        .lease_time_to_live(held.lease, None)
+                        .await
+                        .map(|left| left.ttl())
+                })
+                .await?;
+            Ok(u64::try_from(ttl)
+                .ok()
+                .filter(|secs| *secs > 0)
+                .map(Duration::from_secs))
+        })
+    }
+
+    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
+        Box::pin(self.watch_releases(key, false))
+    }
+
+    fn fair_queue(&self) -> Option<&dyn FairQueue> {
+        Some(self)
+    }
+}
+
+impl FairQueue for EtcdBackend {
+    fn listen_granted<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ReleaseListener> {
+        let _ = token;
+        // No hand-off message: the waiter first in line hears the release
+        // (or the departure of a waiter ahead) and takes the key itself.
+        Box::pin(self.watch_releases(key, true))
+    }
+}

@@ -1,0 +1,89 @@
+//! Wake-ups: a watch on the key's deletions (and its queue's, for a fair
+//! waiter), stopped when the listener goes.
+
+use etcd_client::{EventType, WatchFilterType, WatchOptions};
+use tokio::sync::watch;
+
+use super::EtcdBackend;
+use super::wire::*;
+use crate::backend::ReleaseListener;
+
+impl EtcdBackend {
+    /// Watches `key` (and, for a fair waiter, its queue) for deletions from
+    /// now on; deaf when no member can be watched.
+    pub(super) async fn watch_releases(&self, key: &str, queue: bool) -> ReleaseListener {
+        let what = format!("listen on `{key}`");
+        let options = || WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let watched = self
+            .call(&what, |mut client| {
+                let key = key.to_owned();
+                async move {
+                    let (mut watcher, mut stream) =
+                        client.watch(key.as_str(), Some(options())).await?;
+                    let mut early = 0;
+                    if queue {
+                        watcher
+                            .watch(queue_prefix(&key), Some(options().with_prefix()))
+                            .await?;
+                        // Deletions are heard from the moment each watch is
+                        // created: wait for the second one's confirmation.
+                        loop {
+                            let Some(response) = stream.message().await? else {
+                                return Err(etcd_client::Error::WatchError("watch closed".into()));
+                            };
+                            early += response
+                                .events()
+                                .iter()
+                                .filter(|e| e.event_type() == EventType::Delete)
+                                .count();
+                            if response.created() {
+                                break;
+                            }
+                        }
+                    }
+                    Ok((watcher, stream, early))
+                }
+            })
+            .await;
+        let (watcher, mut stream, early) = match watched {
+            Ok(watched) => watched,
+            Err(err) => {
+                tracing::debug!(target: "lockmacro", %err, "etcd: cannot watch; waiting by backoff");
+                return ReleaseListener::deaf();
+            }
+        };
+        let (sender, receiver) = watch::channel(0u64);
+        if early > 0 {
+            sender.send_modify(|n| *n += 1);
+        }
+        let task = tokio::spawn(async move {
+            // Dropping the watcher ends the request stream: the server
+            // cancels the watch.
+            let _watcher = watcher;
+            while let Ok(Some(response)) = stream.message().await {
+                if response.canceled() {
+                    break;
+                }
+                if response
+                    .events()
+                    .iter()
+                    .any(|event| event.event_type() == EventType::Delete)
+                {
+                    sender.send_modify(|n| *n += 1);
+                }
+            }
+            // `sender` drops here: the listener turns deaf, and its waiter
+            // tries again at once.
+        });
+        ReleaseListener::new(receiver, AbortOnDrop(task))
+    }
+}
+
+/// Stops a listener's watch task when the listener goes.
+pub(super) struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,72 @@
+//! How locks are written in etcd: lease lengths, fencing tokens from
+//! revisions, queue prefixes, and reading a transaction's answer.
+
+use std::time::Duration;
+
+use etcd_client::{KeyValue, TxnOpResponse, TxnResponse};
+
+use crate::backend::TOKEN_LEN;
+
+/// Most operations etcd accepts in one transaction (`--max-txn-ops`, 128 by
+/// default): longer batches of reads are split.
+pub(super) const MAX_TXN_OPS: usize = 128;
+
+/// `ttl` in whole seconds, rounded up: etcd's lease unit.
+pub(super) fn lease_secs(ttl: Duration) -> i64 {
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
+}
+
+pub(super) fn member_name(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.trim_end_matches('/').to_owned()
+}
+
+pub(super) fn revision(response: &TxnResponse) -> i64 {
+    response.header().map_or(0, |header| header.revision())
+}
+
+/// The single key-value of each `get` in `response`, in order.
+pub(super) fn gets(response: &TxnResponse) -> Vec<Option<KeyValue>> {
+    response
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(super) fn owned_by(kv: &KeyValue, token: &str) -> bool {
+    token.len() == TOKEN_LEN && kv.value().get(..TOKEN_LEN) == Some(token.as_bytes())
+}
+
+pub(super) fn fence(revision: i64) -> u64 {
+    u64::try_from(revision).unwrap_or(0)
+}
+
+/// The queue of fair waiters of `key`, as a key prefix.
+pub(super) fn queue_prefix(key: &str) -> String {
+    format!("{key}/queue/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_round_up_to_whole_seconds() {
+        assert_eq!(lease_secs(Duration::from_millis(1)), 1);
+        assert_eq!(lease_secs(Duration::from_millis(500)), 1);
+        assert_eq!(lease_secs(Duration::from_secs(1)), 1);
+        assert_eq!(lease_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(lease_secs(Duration::from_secs(30)), 30);
+    }
+
+    #[test]
+    fn member_names_drop_the_scheme() {
+        assert_eq!(member_name("http://127.0.0.1:2379/"), "127.0.0.1:2379");
+        assert_eq!(member_name("127.0.0.1:2379"), "127.0.0.1:2379");
+    }
+}
