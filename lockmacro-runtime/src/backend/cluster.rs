@@ -6,6 +6,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
+use super::redis::retry::{self, Policy};
 use super::redis::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED, ACQUIRE_SHARED_LUA,
     CONFIRM, CONFIRM_LUA, Companions, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY,
@@ -32,10 +33,6 @@ const RETRIES: u32 = 8;
 /// Bounds of the cluster client's randomised wait between two retries, in
 /// milliseconds: short, so that a failover is noticed soon after it happened.
 const RETRY_WAIT_MS: (u64, u64) = (10, 250);
-/// The pause before the backend sends a command again after the cluster
-/// client gave up on a failover's passing error: the client has just slept
-/// between its own retries, so this only keeps the loop from spinning.
-const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
 
 /// Locks on a Redis Cluster.
 ///
@@ -409,40 +406,69 @@ impl ClusterBackend {
         &self,
         conn: &ClusterConnection,
         keys: &[String],
-        mut attempt: F,
+        attempt: F,
     ) -> Result<T, Failure>
     where
         F: FnMut(ClusterConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let deadline = tokio::time::Instant::now() + self.budget;
-        let mut last = None;
-        loop {
-            match tokio::time::timeout_at(deadline, attempt(conn.clone())).await {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(err)) if passing(&err) => {
-                    if tokio::time::Instant::now() + FOLLOW_PAUSE >= deadline {
-                        return Err(self.spent(keys, Some(err)));
-                    }
-                    tracing::debug!(target: "lockmacro", error = %err, "cluster reconfiguring; sending again");
-                    last = Some(err);
-                    tokio::time::sleep(FOLLOW_PAUSE).await;
-                }
-                // The client's own response timeout is the budget too: when
-                // it fires a moment before ours, the budget ran out all the
-                // same.
-                Ok(Err(err)) if err.is_timeout() => return Err(self.spent(keys, last)),
-                Ok(Err(err)) => return Err(Failure::Redis(err)),
-                Err(_) => return Err(self.spent(keys, last)),
-            }
-        }
+        let policy = Failover {
+            conn,
+            deadline: tokio::time::Instant::now() + self.budget,
+            budget: self.budget,
+            slot: keys.first().map(|key| slot(key)),
+        };
+        retry::follow(policy, attempt).await
+    }
+}
+
+/// How a call follows a slot while the cluster fails over: sent again on
+/// the failover's passing errors, until the budget is spent.
+struct Failover<'a> {
+    conn: &'a ClusterConnection,
+    deadline: tokio::time::Instant,
+    budget: Duration,
+    /// The slot of the call's keys, for the error.
+    slot: Option<u16>,
+}
+
+impl Policy for Failover<'_> {
+    type Target = ClusterConnection;
+    type Error = redis::RedisError;
+    type Failure = Failure;
+
+    fn deadline(&self) -> Option<tokio::time::Instant> {
+        Some(self.deadline)
     }
 
-    /// The failure of a call whose budget ran out; `last` is the cluster's
-    /// last answer, if it gave one.
-    fn spent(&self, keys: &[String], last: Option<redis::RedisError>) -> Failure {
+    fn target(&self) -> ClusterConnection {
+        self.conn.clone()
+    }
+
+    fn retry(&mut self, err: &redis::RedisError) -> bool {
+        let retry = passing(err);
+        if retry {
+            tracing::debug!(target: "lockmacro", error = %err, "cluster reconfiguring; sending again");
+        }
+        retry
+    }
+
+    async fn recover(&mut self) -> Result<bool, redis::RedisError> {
+        Ok(true)
+    }
+
+    fn fail(&mut self, err: redis::RedisError, last: Option<redis::RedisError>) -> Failure {
+        // The client's own response timeout is the budget too: when it
+        // fires a moment before ours, the budget ran out all the same.
+        if err.is_timeout() {
+            return self.spent(last, false);
+        }
+        Failure::Redis(err)
+    }
+
+    fn spent(&mut self, last: Option<redis::RedisError>, _: bool) -> Failure {
         Failure::Spent {
-            slot: keys.first().map(|key| slot(key)),
+            slot: self.slot,
             budget: self.budget,
             last,
         }

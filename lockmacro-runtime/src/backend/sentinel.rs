@@ -9,6 +9,7 @@ use redis::{
 };
 use tokio::time::Instant;
 
+use super::redis::retry::{self, Policy};
 use super::redis::{enable_tls, open_client, redact};
 use super::{
     AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RedisBackend, RefreshRequest,
@@ -16,10 +17,6 @@ use super::{
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
-
-/// The pause between two lookups of the master while a failover is under
-/// way: the sentinels still name the dead master, or name none.
-const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
 
 /// Locks on the master of a Redis Sentinel deployment: one master, its
 /// replicas, and the sentinels that watch them and promote a replica when the
@@ -297,49 +294,13 @@ impl SentinelBackend {
         F: Fn(Arc<RedisBackend>) -> BoxFuture<'a, Result<T, LockError>>,
     {
         let inner = &self.inner;
-        let budget = inner.lookup.config.response_timeout;
-        let deadline = Instant::now() + budget;
-        let mut current = inner.current();
-        loop {
-            let failure =
-                match tokio::time::timeout_at(deadline, attempt(current.backend.clone())).await {
-                    Ok(Ok(value)) => return Ok(value),
-                    Ok(Err(err)) if failing_over(&err) => err,
-                    Ok(Err(err)) => {
-                        if timed_out(&err) {
-                            inner.recheck(current.generation);
-                        }
-                        return Err(err);
-                    }
-                    Err(_) => {
-                        inner.recheck(current.generation);
-                        return Err(inner.spent(what, None));
-                    }
-                };
-            tracing::debug!(target: "lockmacro", master = %current.addr, error = %failure, "master failing; asking the sentinels");
-            let mut last = failure.to_string();
-            loop {
-                if Instant::now() + FOLLOW_PAUSE >= deadline {
-                    return Err(inner.spent(what, Some(last)));
-                }
-                match tokio::time::timeout_at(deadline, inner.switch(current.generation)).await {
-                    Ok(Ok(next)) => {
-                        if next.generation == current.generation {
-                            // The same master: its connection is being made
-                            // again; give it a moment.
-                            tokio::time::sleep(FOLLOW_PAUSE).await;
-                        }
-                        current = next;
-                        break;
-                    }
-                    Ok(Err(err)) => {
-                        last = err.to_string();
-                        tokio::time::sleep(FOLLOW_PAUSE).await;
-                    }
-                    Err(_) => return Err(inner.spent(what, Some(last))),
-                }
-            }
-        }
+        let policy = Following {
+            deadline: Instant::now() + inner.lookup.config.response_timeout,
+            current: inner.current(),
+            inner,
+            what,
+        };
+        retry::follow(policy, attempt).await
     }
 
     /// Listens through `listen` on the current master; when that gives a
@@ -429,6 +390,62 @@ impl Inner {
             message,
         )
         .into()
+    }
+}
+
+/// How a call follows the master: a failover's failures are sent again to
+/// the master the sentinels name next, until the response timeout.
+struct Following<'a> {
+    inner: &'a Arc<Inner>,
+    current: Current,
+    what: &'a str,
+    deadline: Instant,
+}
+
+impl Policy for Following<'_> {
+    type Target = Arc<RedisBackend>;
+    type Error = LockError;
+    type Failure = LockError;
+
+    fn deadline(&self) -> Option<Instant> {
+        Some(self.deadline)
+    }
+
+    fn target(&self) -> Arc<RedisBackend> {
+        self.current.backend.clone()
+    }
+
+    fn retry(&mut self, err: &LockError) -> bool {
+        let failing = failing_over(err);
+        if failing {
+            tracing::debug!(target: "lockmacro", master = %self.current.addr, error = %err, "master failing; asking the sentinels");
+        }
+        failing
+    }
+
+    async fn recover(&mut self) -> Result<bool, LockError> {
+        let next = self.inner.switch(self.current.generation).await?;
+        // The same master: its connection is being made again; give it a
+        // moment.
+        let same = next.generation == self.current.generation;
+        self.current = next;
+        Ok(same)
+    }
+
+    fn fail(&mut self, err: LockError, _: Option<LockError>) -> LockError {
+        if timed_out(&err) {
+            self.inner.recheck(self.current.generation);
+        }
+        err
+    }
+
+    fn spent(&mut self, last: Option<LockError>, cut: bool) -> LockError {
+        if cut {
+            self.inner.recheck(self.current.generation);
+            return self.inner.spent(self.what, None);
+        }
+        self.inner
+            .spent(self.what, last.map(|last| last.to_string()))
     }
 }
 

@@ -4,6 +4,7 @@ mod config;
 mod connect;
 mod errors;
 mod protocol;
+pub(super) mod retry;
 #[cfg(feature = "tls-rustls")]
 mod tls;
 mod wakeups;

@@ -1,0 +1,97 @@
+//! Sending a call again: one loop for a single server's reconnect, a
+//! cluster's failover and the switch to the master Sentinel names next. A
+//! [`Policy`] says which failures are worth another try and what to do
+//! before it, as tower's retry layer leaves that to its policy.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The pause before another try after a failover's passing error: whoever
+/// failed (the cluster client, the sentinels) has just waited on its own, so
+/// this only keeps the loop from spinning.
+pub(in crate::backend) const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
+
+/// What one call may send again, where, and what it reports when it stops.
+pub(in crate::backend) trait Policy {
+    /// Where an attempt is sent: a connection, a master's backend.
+    type Target;
+    /// What an attempt fails with.
+    type Error;
+    /// What the call fails with.
+    type Failure;
+
+    /// When the call stops trying; `None`: when [`retry`](Self::retry) says.
+    fn deadline(&self) -> Option<Instant>;
+
+    /// Where the next attempt goes.
+    fn target(&self) -> Self::Target;
+
+    /// True when another attempt may get past `err`.
+    fn retry(&mut self, err: &Self::Error) -> bool;
+
+    /// Readies the next attempt after an error [`retry`](Self::retry)
+    /// accepted: `Ok(true)` to pause before it, `Err` when not ready yet
+    /// (tried again after a pause, until the deadline).
+    fn recover(&mut self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// The call's failure for `err`, which is not worth another try; `last`
+    /// is the error retried before it, if any.
+    fn fail(&mut self, err: Self::Error, last: Option<Self::Error>) -> Self::Failure;
+
+    /// The call's failure when the deadline passed: during an attempt
+    /// (`cut`), or while recovering; `last` is the latest error met.
+    fn spent(&mut self, last: Option<Self::Error>, cut: bool) -> Self::Failure;
+}
+
+/// Sends `attempt` to the policy's target until it succeeds, fails in a way
+/// the policy does not retry, or the policy's deadline passes.
+pub(in crate::backend) async fn follow<T, P, F, Fut>(
+    mut policy: P,
+    mut attempt: F,
+) -> Result<T, P::Failure>
+where
+    P: Policy,
+    F: FnMut(P::Target) -> Fut,
+    Fut: Future<Output = Result<T, P::Error>>,
+{
+    let deadline = policy.deadline();
+    let mut last = None;
+    loop {
+        let outcome = within(deadline, attempt(policy.target())).await;
+        let err = match outcome {
+            Some(Ok(value)) => return Ok(value),
+            Some(Err(err)) if policy.retry(&err) => err,
+            Some(Err(err)) => return Err(policy.fail(err, last)),
+            None => return Err(policy.spent(last, true)),
+        };
+        last = Some(err);
+        loop {
+            if deadline.is_some_and(|deadline| Instant::now() + FOLLOW_PAUSE >= deadline) {
+                return Err(policy.spent(last, false));
+            }
+            match within(deadline, policy.recover()).await {
+                Some(Ok(pause)) => {
+                    if pause {
+                        tokio::time::sleep(FOLLOW_PAUSE).await;
+                    }
+                    break;
+                }
+                Some(Err(err)) => {
+                    last = Some(err);
+                    tokio::time::sleep(FOLLOW_PAUSE).await;
+                }
+                None => return Err(policy.spent(last, false)),
+            }
+        }
+    }
+}
+
+/// `future`'s output, or `None` when `deadline` passed first.
+async fn within<T>(deadline: Option<Instant>, future: impl Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
