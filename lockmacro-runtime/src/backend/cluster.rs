@@ -1,26 +1,16 @@
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind};
+use redis::{ErrorKind, ServerErrorKind};
 
-use super::redis::retry::{self, Policy};
+use super::redis::retry::Policy;
 use super::redis::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED, ACQUIRE_SHARED_LUA,
-    CONFIRM, CONFIRM_LUA, Companions, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY,
-    REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, Wakeups,
-    acknowledged_acquire_pipe, acknowledged_outcome, acquire_args, acquire_fair_args,
-    acquire_shared_args, acquired, backend_error, check_replica_timeout, millis, not_a_fence,
-    not_shares, open_client, plain_outcome, plain_set, prepare_tls, pttl, redact, refresh_many_cmd,
-    refreshed, release_args,
+    Companions, Failure, Load, Protocol, Transport, Wakeups, backend_error, open_client,
+    prepare_tls, redact, speaks_protocol,
 };
 use super::slot::{check_same_slot, slot};
-use super::{
-    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
-    TOKEN_LEN,
-};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
@@ -110,6 +100,12 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 /// ```
 #[derive(Clone)]
 pub struct ClusterBackend {
+    protocol: Protocol<Cluster>,
+}
+
+/// A Redis Cluster, each call sent to the master of its keys' slot.
+#[derive(Clone)]
+struct Cluster {
     conn: ClusterConnection,
     /// How long one call may keep sending its command while the cluster
     /// fails over: the response timeout.
@@ -124,15 +120,12 @@ pub struct ClusterBackend {
     /// its connection to the node until the replicas answer, and would hold
     /// up every other call to that node on the shared one.
     acknowledged: Arc<tokio::sync::OnceCell<ClusterConnection>>,
-    /// `RedisConfig::fence_expiry` and `grant_lease`, in ms.
-    fence_expiry: String,
-    grant_lease: String,
 }
 
 impl std::fmt::Debug for ClusterBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterBackend")
-            .field("cluster", &self.name)
+            .field("cluster", &self.protocol.transport.name)
             .finish_non_exhaustive()
     }
 }
@@ -240,15 +233,16 @@ impl ClusterBackend {
             .map(|seed| open_client(seed, &config))
             .collect::<Result<_, _>>()?;
         let wakeups = Arc::new(Wakeups::new(servers, &config, true));
-        Ok(ClusterBackend {
+        let cluster = Cluster {
             conn,
             budget: config.response_timeout,
             name,
             wakeups,
             client,
             acknowledged: Arc::default(),
-            fence_expiry: millis(config.fence_expiry),
-            grant_lease: millis(config.grant_lease),
+        };
+        Ok(ClusterBackend {
+            protocol: Protocol::new(cluster, &config),
         })
     }
 
@@ -341,89 +335,31 @@ impl ClusterBackend {
             .iter()
             .map(|node| open_client(node, &config))
             .collect::<Result<_, _>>()?;
-        Ok(ClusterBackend {
+        let cluster = Cluster {
             conn,
             budget: config.response_timeout,
             name: cluster_name(&nodes),
             wakeups: Arc::new(Wakeups::new(servers, &config, true)),
             client,
             acknowledged: Arc::default(),
-            fence_expiry: millis(config.fence_expiry),
-            grant_lease: millis(config.grant_lease),
-        })
-    }
-
-    async fn invoke<T: FromRedisValue, A: redis::ToRedisArgs + Sync>(
-        &self,
-        what: &str,
-        keys: &[String],
-        script: (&Script, &str),
-        args: &[A],
-    ) -> Result<T, LockError> {
-        let (script, source) = script;
-        let command = |name: &str, body: &str| {
-            let mut command = redis::cmd(name);
-            command.arg(body).arg(keys.len()).arg(keys).arg(args);
-            command
         };
-        let reply = self
-            .follow(keys, |conn| {
-                let (evalsha, eval) = (
-                    command("EVALSHA", script.get_hash()),
-                    command("EVAL", source),
-                );
-                evalsha_or_eval(conn, evalsha, eval)
-            })
-            .await;
-        reply.map_err(|failure| {
-            failure
-                .into_error(&self.name, &format!("{what} `{}`", keys.join("`, `")))
-                .into()
+        Ok(ClusterBackend {
+            protocol: Protocol::new(cluster, &config),
         })
-    }
-
-    /// Runs `attempt` on the cluster connection, again and again while it
-    /// fails with a failover's passing error, until it gives another answer
-    /// or the budget (the response timeout) is spent.
-    ///
-    /// The cluster client follows redirections itself, but a fixed number of
-    /// times: while a master is dead and not yet replaced, its replica
-    /// redirects to it (`MOVED`), the dead master refuses the connection,
-    /// the other nodes answer `CLUSTERDOWN`, and the client's retries run out
-    /// in about a second, returning the last of those errors. Sending the
-    /// whole command again starts the client's count afresh, on the slot map
-    /// it has reloaded meanwhile.
-    async fn follow<T, F, Fut>(&self, keys: &[String], attempt: F) -> Result<T, Failure>
-    where
-        F: FnMut(ClusterConnection) -> Fut,
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        self.follow_on(&self.conn, keys, attempt).await
-    }
-
-    /// [`follow`](Self::follow) on the connection `conn`.
-    async fn follow_on<T, F, Fut>(
-        &self,
-        conn: &ClusterConnection,
-        keys: &[String],
-        attempt: F,
-    ) -> Result<T, Failure>
-    where
-        F: FnMut(ClusterConnection) -> Fut,
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        let policy = Failover {
-            conn,
-            deadline: tokio::time::Instant::now() + self.budget,
-            budget: self.budget,
-            slot: keys.first().map(|key| slot(key)),
-        };
-        retry::follow(policy, attempt).await
     }
 }
 
 /// How a call follows a slot while the cluster fails over: sent again on
-/// the failover's passing errors, until the budget is spent.
+/// the failover's passing errors, until the budget (the response timeout)
+/// is spent.
+///
+/// The cluster client follows redirections itself, but a fixed number of
+/// times: while a master is dead and not yet replaced, its replica
+/// redirects to it (`MOVED`), the dead master refuses the connection, the
+/// other nodes answer `CLUSTERDOWN`, and the client's retries run out in
+/// about a second, returning the last of those errors. Sending the whole
+/// command again starts the client's count afresh, on the slot map it has
+/// reloaded meanwhile.
 struct Failover<'a> {
     conn: &'a ClusterConnection,
     deadline: tokio::time::Instant,
@@ -475,51 +411,6 @@ impl Policy for Failover<'_> {
     }
 }
 
-/// Why a call on the cluster failed.
-#[derive(Debug, Clone)]
-enum Failure {
-    /// An answer that sending again would not change.
-    Redis(redis::RedisError),
-    /// The budget ran out while the slot had no master that answered.
-    Spent {
-        slot: Option<u16>,
-        budget: Duration,
-        last: Option<redis::RedisError>,
-    },
-}
-
-impl Failure {
-    fn into_error(self, server: &str, what: &str) -> BackendError {
-        match self {
-            Failure::Redis(err) => backend_error(server, what, err),
-            Failure::Spent { slot, budget, last } => {
-                let slot = slot.map_or_else(String::new, |slot| format!(" {slot}"));
-                let message = match &last {
-                    Some(last) => format!(
-                        "no master of slot{slot} answered within the response timeout \
-                         ({budget:?}): the cluster is failing over or has lost the slot; its \
-                         last answer: {last}"
-                    ),
-                    // A node that took the command and never answered.
-                    None => format!(
-                        "no master of slot{slot} answered within the response timeout \
-                         ({budget:?})"
-                    ),
-                };
-                let error = BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{server}: {what}"),
-                    message,
-                );
-                match last {
-                    Some(last) => error.with_source(last),
-                    None => error,
-                }
-            }
-        }
-    }
-}
-
 /// True for the errors a cluster gives while it fails over or moves a slot,
 /// which the same command sent a little later gets past.
 fn passing(err: &redis::RedisError) -> bool {
@@ -537,37 +428,6 @@ fn passing(err: &redis::RedisError) -> bool {
     ) || err.is_connection_refusal()
 }
 
-impl ClusterBackend {
-    /// One call of the refresh script for `requests`, all in one hash slot.
-    async fn refresh_batch(
-        &self,
-        requests: Vec<&RefreshRequest<'_>>,
-    ) -> Vec<Result<bool, LockError>> {
-        let keys = requests.first().map(|req| req.keys).unwrap_or_default();
-        let reply = self
-            .follow(keys, |conn| {
-                let evalsha = refresh_many_cmd("EVALSHA", REFRESH_MANY.get_hash(), &requests);
-                let eval = refresh_many_cmd("EVAL", REFRESH_MANY_LUA, &requests);
-                evalsha_or_eval(conn, evalsha, eval)
-            })
-            .await;
-        let reply = match reply {
-            Ok(flags) => Ok(flags),
-            Err(Failure::Redis(err)) => Err(err),
-            Err(spent) => {
-                return requests
-                    .iter()
-                    .map(|req| {
-                        let what = format!("refresh `{}`", req.keys.join("`, `"));
-                        Err(spent.clone().into_error(&self.name, &what).into())
-                    })
-                    .collect();
-            }
-        };
-        refreshed(reply, &requests, &self.name)
-    }
-}
-
 /// `redis cluster 10.0.0.1:6379,10.0.0.2:6379`, from node URLs.
 fn cluster_name(nodes: &[String]) -> String {
     let addrs: Vec<String> = nodes
@@ -580,285 +440,57 @@ fn cluster_name(nodes: &[String]) -> String {
     format!("redis cluster {}", addrs.join(","))
 }
 
-impl Backend for ClusterBackend {
-    fn name(&self) -> &'static str {
-        "cluster"
+impl Transport for Cluster {
+    type Conn = ClusterConnection;
+
+    const LOAD: Load = Load::Eval;
+    const COMPANIONS: Companions = Companions::SameSlot;
+
+    type Policy<'a> = Failover<'a>;
+
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    fn acquire<'a>(
-        &'a self,
-        req: AcquireRequest<'a>,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        Box::pin(async move {
-            check_same_slot(req.keys, req.fence_key)?;
-            if req.replicas > 0 {
-                return self.acquire_acknowledged(req).await;
-            }
-            if req.is_plain() {
-                let set = plain_set(&req);
-                let previous: Option<String> = self
-                    .follow(req.keys, |mut conn| {
-                        let set = set.clone();
-                        async move { set.query_async(&mut conn).await }
-                    })
-                    .await
-                    .map_err(|failure| {
-                        LockError::from(
-                            failure.into_error(&self.name, &format!("obtain `{}`", req.keys[0])),
-                        )
-                    })?;
-                if let Some(plain) = plain_outcome(&req, previous) {
-                    return Ok(plain);
-                }
-            }
-            let mut keys = req.keys.to_vec();
-            keys.extend(req.fence_key.map(str::to_owned));
-            if req.queue_for.is_some() && Companions::SameSlot.queue(&req.keys[0]).is_empty() {
-                return Err(LockError::InvalidKey {
-                    key: req.keys[0].clone(),
-                    reason: "a fair lock keeps its waiters at a key derived from the lock's, \
-                             which for a key with a `}` but no hash tag is in another Redis \
-                             Cluster slot; give the key a hash tag (only the text between the \
-                             first `{` and `}` is hashed)"
-                        .to_owned(),
-                });
-            }
-            if let Some(share) = req.share {
-                let args = acquire_shared_args(
-                    &req,
-                    share,
-                    &self.fence_expiry,
-                    &self.grant_lease,
-                    Companions::SameSlot,
-                );
-                let script = (&*ACQUIRE_SHARED, ACQUIRE_SHARED_LUA);
-                let reply: Result<Vec<i64>, _> = self.invoke("obtain", &keys, script, &args).await;
-                let reply = reply
-                    .map_err(|err| not_shares(err, &req.keys[0]))
-                    .map_err(|err| not_a_fence(err, req.fence_key))?;
-                return acquired(&reply, req.fence_key.is_some(), &self.name);
-            }
-            if let Some(wait) = req.queue_for {
-                let mut keys = vec![req.keys[0].clone()];
-                keys.extend(req.fence_key.map(str::to_owned));
-                let queue = Companions::SameSlot.queue(&req.keys[0]);
-                let args = acquire_fair_args(
-                    &req,
-                    wait,
-                    queue,
-                    &self.fence_expiry,
-                    &self.grant_lease,
-                    Companions::SameSlot,
-                );
-                let script = (&*ACQUIRE_FAIR, ACQUIRE_FAIR_LUA);
-                let reply: Result<Vec<i64>, _> = self.invoke("obtain", &keys, script, &args).await;
-                let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
-                return acquired(&reply, req.fence_key.is_some(), &self.name);
-            }
-            let args = acquire_args(&req, &self.fence_expiry, Companions::SameSlot);
-            let reply: Result<Vec<i64>, _> = self
-                .invoke("obtain", &keys, (&ACQUIRE, ACQUIRE_LUA), &args)
-                .await;
-            let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
-            acquired(&reply, req.fence_key.is_some(), &self.name)
-        })
+    fn conn(&self) -> &ClusterConnection {
+        &self.conn
     }
 
-    fn refresh<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            check_same_slot(keys, None)?;
-            if token.len() != TOKEN_LEN {
-                return Ok(false);
-            }
-            let args = [token, &millis(ttl)];
-            let done: i64 = self
-                .invoke("refresh", keys, (&REFRESH, REFRESH_LUA), &args)
-                .await?;
-            Ok(done == 1)
-        })
+    fn check(&self, keys: &[String], fence_key: Option<&str>) -> Result<(), LockError> {
+        check_same_slot(keys, fence_key)
     }
 
-    /// One script call per hash slot (and per 500 leases in it), all sent
-    /// at once: a script may only touch the keys of one slot.
-    fn refresh_many<'a>(
-        &'a self,
-        requests: &'a [RefreshRequest<'a>],
-    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
-        Box::pin(async move {
-            let mut results: Vec<Option<Result<bool, LockError>>> =
-                requests.iter().map(|_| None).collect();
-            let mut slots: HashMap<u16, Vec<usize>> = HashMap::new();
-            for (index, req) in requests.iter().enumerate() {
-                if let Err(err) = check_same_slot(req.keys, None) {
-                    results[index] = Some(Err(err));
-                } else if req.token.len() != TOKEN_LEN {
-                    results[index] = Some(Ok(false));
-                } else {
-                    let first = req.keys.first().map_or(0, |key| slot(key));
-                    slots.entry(first).or_default().push(index);
-                }
-            }
-            let batches: Vec<&[usize]> = slots
-                .values()
-                .flat_map(|indices| indices.chunks(REFRESH_BATCH))
-                .collect();
-            let calls = batches
-                .iter()
-                .map(|batch| self.refresh_batch(batch.iter().map(|&i| &requests[i]).collect()));
-            let outcomes = futures_util::future::join_all(calls).await;
-            for (batch, outcome) in batches.iter().zip(outcomes) {
-                for (&index, result) in batch.iter().zip(outcome) {
-                    results[index] = Some(result);
-                }
-            }
-            results
-                .into_iter()
-                .map(|result| result.unwrap_or(Ok(false)))
-                .collect()
-        })
+    fn batch(&self, key: &str) -> u16 {
+        slot(key)
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            check_same_slot(keys, None)?;
-            if token.len() != TOKEN_LEN {
-                return Ok(false);
-            }
-            let args = release_args(keys, token, Companions::SameSlot);
-            let done: i64 = self
-                .invoke("release", keys, (&RELEASE, RELEASE_LUA), &args)
-                .await?;
-            Ok(done == 1)
-        })
+    fn policy<'a>(&'a self, conn: &'a ClusterConnection, keys: &[String]) -> Failover<'a> {
+        Failover {
+            conn,
+            deadline: tokio::time::Instant::now() + self.budget,
+            budget: self.budget,
+            slot: keys.first().map(|key| slot(key)),
+        }
     }
 
-    fn remaining<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
-        Box::pin(async move {
-            check_same_slot(keys, None)?;
-            if token.len() != TOKEN_LEN {
-                return Ok(None);
-            }
-            let remaining: i64 = self
-                .invoke("ttl", keys, (&REMAINING, REMAINING_LUA), &[token])
-                .await?;
-            Ok(pttl(remaining))
-        })
-    }
-
-    fn fair_queue(&self) -> Option<&dyn FairQueue> {
-        Some(self)
-    }
-
-    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key, None))
-    }
-
-    fn acknowledges_replicas(&self) -> bool {
-        true
-    }
-
-    fn keeps_shares(&self) -> bool {
-        true
-    }
-}
-
-impl ClusterBackend {
-    /// An acquire that waits for `req.replicas` replicas of the key's
-    /// master; gives the keys back when fewer acknowledge them in time. The
-    /// acquire and its `WAIT` go in one pipeline to the slot's master, and
-    /// are sent again together when the slot moves.
-    async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
-        let what = || format!("obtain `{}`", req.keys.join("`, `"));
-        check_replica_timeout(&req, self.budget, &self.name)?;
-        let conn = self
-            .acknowledged
+    async fn acknowledged(&self, keys: &[String]) -> Result<ClusterConnection, LockError> {
+        self.acknowledged
             .get_or_try_init(|| self.client.get_async_connection())
             .await
-            .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
-        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry, Companions::SameSlot);
-        let mut keys = req.keys.to_vec();
-        keys.extend(req.fence_key.map(str::to_owned));
-        let (reply, acked): (Vec<i64>, usize) = self
-            .follow_on(conn, &keys, |mut conn| {
-                let pipe = pipe.clone();
-                async move { pipe.query_async(&mut conn).await }
+            .cloned()
+            .map_err(|err| {
+                let what = format!("obtain `{}`", keys.join("`, `"));
+                backend_error(&self.name, &what, err).into()
             })
-            .await
-            .map_err(|failure| LockError::from(failure.into_error(&self.name, &what())))?;
-        match acknowledged_outcome(&reply, acked, &req, &self.name)? {
-            Ok(outcome) => Ok(outcome),
-            Err(acked) => {
-                if let Err(err) = self.release(req.keys, req.token()).await {
-                    tracing::warn!(target: "lockmacro", server = %self.name, error = %err,
-                        "could not give back a lock the replicas did not acknowledge; it expires with its ttl");
-                }
-                Err(LockError::NotReplicated {
-                    key: req.keys[0].clone(),
-                    wanted: req.replicas,
-                    acknowledged: acked,
-                    timeout: req.replica_timeout,
-                })
-            }
-        }
+    }
+
+    fn response_timeout(&self) -> Duration {
+        self.budget
+    }
+
+    fn wakeups(&self) -> &Arc<Wakeups> {
+        &self.wakeups
     }
 }
 
-impl FairQueue for ClusterBackend {
-    fn listen_granted<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key, Some(token)))
-    }
-
-    fn listening(&self, key: &str) -> bool {
-        self.wakeups.subscribed(key)
-    }
-
-    fn confirm<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let keys = [key.to_owned()];
-            let args = [token, &millis(ttl)];
-            let done: i64 = self
-                .invoke("confirm", &keys, (&CONFIRM, CONFIRM_LUA), &args)
-                .await?;
-            Ok(done == 1)
-        })
-    }
-}
-
-/// Sends `evalsha`, and `eval` (the script's source) when the node does not
-/// know the script. `Script::invoke_async` would send `SCRIPT LOAD`, which
-/// the cluster client broadcasts to every node and which fails while any
-/// node is down: exactly when a promoted replica needs it.
-async fn evalsha_or_eval<T: FromRedisValue>(
-    mut conn: ClusterConnection,
-    evalsha: redis::Cmd,
-    eval: redis::Cmd,
-) -> redis::RedisResult<T> {
-    match evalsha.query_async(&mut conn).await {
-        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            eval.query_async(&mut conn).await
-        }
-        other => other,
-    }
-}
+speaks_protocol!(ClusterBackend, "cluster");

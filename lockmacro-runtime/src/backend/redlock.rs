@@ -5,17 +5,16 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use redis::Script;
 use tokio::sync::OnceCell;
 use tokio::time::{Instant, Sleep};
 
-use super::redis::{RedisBackend, redact};
+use super::redis::{Lua, RedisBackend, redact};
 use super::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
-static RAISE_FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
+static RAISE_FENCE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/raise_fence.lua")));
 
 /// How often a master that could not be reached is tried again; in between,
 /// calls count it as failed at once instead of waiting for it.
@@ -496,7 +495,7 @@ impl RedlockBackend {
             let (keys, args) = (keys.clone(), args.clone());
             async move {
                 let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
-                args.push(&backend.fence_expiry);
+                args.push(backend.fence_expiry());
                 let done: i64 = backend.invoke("fence", &keys, &RAISE_FENCE, &args).await?;
                 Ok(if done == 1 {
                     Answer::Yes(())

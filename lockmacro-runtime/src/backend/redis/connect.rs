@@ -7,7 +7,7 @@ use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
 
 use super::config::RedisConfig;
 use super::errors::{TLS_SILENCE, backend_error, redact};
-use super::protocol::{
+use super::scripts::{
     ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
     RELEASE_LUA, REMAINING_LUA,
 };

@@ -3,41 +3,39 @@
 mod config;
 mod connect;
 mod errors;
+mod locks;
 mod protocol;
 pub(super) mod retry;
+mod scripts;
 #[cfg(feature = "tls-rustls")]
 mod tls;
+mod transport;
 mod wakeups;
 
 pub use self::config::RedisConfig;
 pub(crate) use self::connect::open_manager;
 // What the cluster backend shares with this one.
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::connect::{enable_tls, manager_for, open_client, prepare_tls, server_name};
+pub(super) use self::connect::{enable_tls, open_client, prepare_tls};
 pub(crate) use self::errors::{backend_error, redact};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::protocol::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED, ACQUIRE_SHARED_LUA,
-    CONFIRM, CONFIRM_LUA, Companions, REFRESH, REFRESH_BATCH, REFRESH_LUA, REFRESH_MANY,
-    REFRESH_MANY_LUA, RELEASE, RELEASE_LUA, REMAINING, REMAINING_LUA, acknowledged_acquire_pipe,
-    acknowledged_outcome, acquire_args, acquire_fair_args, acquire_shared_args, acquired,
-    check_replica_timeout, millis, not_a_fence, not_shares, plain_outcome, plain_set, pttl,
-    refresh_many_cmd, refreshed, release_args,
-};
+pub(super) use self::locks::{Protocol, speaks_protocol};
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::protocol::Companions;
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::scripts::Load;
+pub(super) use self::scripts::Lua;
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::transport::{Failure, Transport};
 pub(super) use self::wakeups::Wakeups;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis::{ErrorKind, Script, ServerErrorKind};
 
-use self::connect::preload;
+use self::connect::{manager_for, preload, server_name};
+use self::transport::{Acknowledged, Server};
 use crate::LockError;
-use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
-    TOKEN_LEN,
-};
 
 /// Locks on one Redis server.
 ///
@@ -87,22 +85,13 @@ use crate::backend::{
 /// ```
 #[derive(Clone)]
 pub struct RedisBackend {
-    conn: ConnectionManager,
-    /// `redis 127.0.0.1:6379`: names the server in error messages.
-    name: String,
-    wakeups: Arc<Wakeups>,
-    /// The connection of the acquires that wait for replicas.
-    acknowledged: Arc<Acknowledged>,
-    /// `RedisConfig::fence_expiry` and `grant_lease`, in ms, as the scripts
-    /// take them.
-    pub(super) fence_expiry: String,
-    grant_lease: String,
+    protocol: Protocol<Server>,
 }
 
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("server", &self.name)
+            .field("server", &self.protocol.transport.name)
             .finish_non_exhaustive()
     }
 }
@@ -207,319 +196,36 @@ impl RedisBackend {
         // it freezes, nothing can be locked anyway.
         let wakeups = Arc::new(Wakeups::new(vec![client.clone()], config, false));
         let acknowledged = Arc::new(Acknowledged::new(client, config));
-        RedisBackend {
+        let server = Server {
             conn,
             name,
             wakeups,
             acknowledged,
-            fence_expiry: millis(config.fence_expiry),
-            grant_lease: millis(config.grant_lease),
+        };
+        RedisBackend {
+            protocol: Protocol::new(server, config),
         }
     }
 
-    pub(super) async fn invoke<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
+    /// Calls `lua` with `keys` and `args`; `what` names the call in errors.
+    pub(super) async fn invoke<T, A>(
         &self,
         what: &str,
         keys: &[String],
-        script: &Script,
+        lua: &Lua,
         args: &[A],
-    ) -> Result<T, LockError> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
-        let mut conn = self.conn.clone();
-        let first = invocation.invoke_async(&mut conn).await;
-        match first {
-            Err(err) if err.is_connection_dropped() => {
-                tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
-                invocation.invoke_async(&mut conn).await
-            }
-            other => other,
-        }
-        .map_err(|err| backend_error(&self.name, &format!("{what} `{}`", keys.join("`, `")), err).into())
+    ) -> Result<T, LockError>
+    where
+        T: redis::FromRedisValue + Send,
+        A: redis::ToRedisArgs + Sync,
+    {
+        self.protocol.script(what, keys, lua, args).await
+    }
+
+    /// `RedisConfig::fence_expiry`, in ms, as the scripts take it.
+    pub(super) fn fence_expiry(&self) -> &str {
+        &self.protocol.fence_expiry
     }
 }
 
-impl RedisBackend {
-    /// One call of the refresh script for `requests` (all with a well-formed
-    /// token, at most [`REFRESH_BATCH`] of them).
-    async fn refresh_batch(
-        &self,
-        requests: &[&RefreshRequest<'_>],
-    ) -> Vec<Result<bool, LockError>> {
-        let mut conn = self.conn.clone();
-        let evalsha = refresh_many_cmd("EVALSHA", REFRESH_MANY.get_hash(), requests);
-        let mut reply = evalsha.query_async(&mut conn).await;
-        if let Err(err) = &reply
-            && err.is_connection_dropped()
-        {
-            tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
-            reply = evalsha.query_async(&mut conn).await;
-        }
-        if let Err(err) = &reply
-            && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
-        {
-            // A server restarted or flushed since `preload`: `EVAL` caches it.
-            reply = refresh_many_cmd("EVAL", REFRESH_MANY_LUA, requests)
-                .query_async(&mut conn)
-                .await;
-        }
-        refreshed(reply, requests, &self.name)
-    }
-}
-
-impl Backend for RedisBackend {
-    fn name(&self) -> &'static str {
-        "redis"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        req: AcquireRequest<'a>,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        Box::pin(async move {
-            if req.replicas > 0 {
-                return self.acquire_acknowledged(req).await;
-            }
-            if req.is_plain() {
-                let mut conn = self.conn.clone();
-                let set = plain_set(&req);
-                let first = set.query_async(&mut conn).await;
-                let previous: Option<String> = match first {
-                    Err(err) if err.is_connection_dropped() => {
-                        tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
-                        set.query_async(&mut conn).await
-                    }
-                    other => other,
-                }
-                .map_err(|err| backend_error(&self.name, &format!("obtain `{}`", req.keys[0]), err))?;
-                if let Some(plain) = plain_outcome(&req, previous) {
-                    return Ok(plain);
-                }
-            }
-            let expiry = self.fence_expiry.as_str();
-            let reply: Result<Vec<i64>, LockError> = if let Some(share) = req.share {
-                let mut keys = vec![req.keys[0].clone()];
-                keys.extend(req.fence_key.map(str::to_owned));
-                let args = acquire_shared_args(
-                    &req,
-                    share,
-                    expiry,
-                    &self.grant_lease,
-                    Companions::Derived,
-                );
-                self.invoke("obtain", &keys, &ACQUIRE_SHARED, &args)
-                    .await
-                    .map_err(|err| not_shares(err, &req.keys[0]))
-                    .map_err(|err| not_a_fence(err, req.fence_key))
-            } else if let Some(wait) = req.queue_for {
-                let mut keys = vec![req.keys[0].clone()];
-                keys.extend(req.fence_key.map(str::to_owned));
-                let queue = Companions::Derived.queue(&req.keys[0]);
-                let args = acquire_fair_args(
-                    &req,
-                    wait,
-                    queue,
-                    expiry,
-                    &self.grant_lease,
-                    Companions::Derived,
-                );
-                self.invoke("obtain", &keys, &ACQUIRE_FAIR, &args).await
-            } else {
-                let mut keys = req.keys.to_vec();
-                keys.extend(req.fence_key.map(str::to_owned));
-                let args = acquire_args(&req, expiry, Companions::Derived);
-                self.invoke("obtain", &keys, &ACQUIRE, &args).await
-            };
-            let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
-            acquired(&reply, req.fence_key.is_some(), &self.name)
-        })
-    }
-
-    fn refresh<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            if token.len() != TOKEN_LEN {
-                return Ok(false);
-            }
-            let done: i64 = self
-                .invoke("refresh", keys, &REFRESH, &[token, &millis(ttl)])
-                .await?;
-            Ok(done == 1)
-        })
-    }
-
-    /// One script call per 500 leases, all sent at once.
-    fn refresh_many<'a>(
-        &'a self,
-        requests: &'a [RefreshRequest<'a>],
-    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
-        Box::pin(async move {
-            let valid: Vec<&RefreshRequest<'_>> = requests
-                .iter()
-                .filter(|req| req.token.len() == TOKEN_LEN)
-                .collect();
-            let batches = valid
-                .chunks(REFRESH_BATCH)
-                .map(|batch| self.refresh_batch(batch));
-            let mut refreshed = futures_util::future::join_all(batches)
-                .await
-                .into_iter()
-                .flatten();
-            requests
-                .iter()
-                .map(|req| match req.token.len() {
-                    TOKEN_LEN => refreshed.next().unwrap_or(Ok(false)),
-                    _ => Ok(false),
-                })
-                .collect()
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            if token.len() != TOKEN_LEN {
-                return Ok(false);
-            }
-            let args = release_args(keys, token, Companions::Derived);
-            let done: i64 = self.invoke("release", keys, &RELEASE, &args).await?;
-            Ok(done == 1)
-        })
-    }
-
-    fn remaining<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
-        Box::pin(async move {
-            if token.len() != TOKEN_LEN {
-                return Ok(None);
-            }
-            let remaining: i64 = self.invoke("ttl", keys, &REMAINING, &[token]).await?;
-            Ok(pttl(remaining))
-        })
-    }
-
-    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key, None))
-    }
-
-    fn fair_queue(&self) -> Option<&dyn FairQueue> {
-        Some(self)
-    }
-
-    fn acknowledges_replicas(&self) -> bool {
-        true
-    }
-
-    fn keeps_shares(&self) -> bool {
-        true
-    }
-}
-
-/// The connection on which [`RedisBackend`] sends the acquires that wait for
-/// replicas, opened on the first one. `WAIT` holds up its connection until
-/// the replicas answer or the bound passes: on the shared connection it would
-/// hold up every other call, the watchdog's refreshes among them.
-pub(super) struct Acknowledged {
-    client: redis::Client,
-    config: RedisConfig,
-    conn: tokio::sync::OnceCell<ConnectionManager>,
-}
-
-impl Acknowledged {
-    fn new(client: redis::Client, config: &RedisConfig) -> Self {
-        Acknowledged {
-            client,
-            config: config.clone(),
-            conn: tokio::sync::OnceCell::new(),
-        }
-    }
-}
-
-impl RedisBackend {
-    /// An acquire that waits for `req.replicas` replicas; gives the keys
-    /// back when fewer acknowledge them in time.
-    async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
-        let what = || format!("obtain `{}`", req.keys.join("`, `"));
-        let acknowledged = &self.acknowledged;
-        check_replica_timeout(&req, acknowledged.config.response_timeout, &self.name)?;
-        let conn = acknowledged
-            .conn
-            .get_or_try_init(|| async {
-                manager_for(&acknowledged.client, &acknowledged.config)
-                    .await
-                    .map(|(conn, _)| conn)
-            })
-            .await?;
-        let pipe = acknowledged_acquire_pipe(&req, &self.fence_expiry, Companions::Derived);
-        let mut conn = conn.clone();
-        let (reply, acked): (Vec<i64>, usize) = match pipe.query_async(&mut conn).await {
-            // As `invoke` does: the pair is safe to send again, the acquire
-            // accepting a retry of the same value.
-            Err(err) if err.is_connection_dropped() => {
-                tracing::debug!(target: "lockmacro", server = %self.name, error = %err, "connection dropped, sending again");
-                pipe.query_async(&mut conn).await
-            }
-            other => other,
-        }
-        .map_err(|err| LockError::from(backend_error(&self.name, &what(), err)))?;
-        match acknowledged_outcome(&reply, acked, &req, &self.name)? {
-            Ok(outcome) => Ok(outcome),
-            Err(acked) => {
-                if let Err(err) = self.release(req.keys, req.token()).await {
-                    tracing::warn!(target: "lockmacro", server = %self.name, error = %err,
-                        "could not give back a lock the replicas did not acknowledge; it expires with its ttl");
-                }
-                Err(LockError::NotReplicated {
-                    key: req.keys[0].clone(),
-                    wanted: req.replicas,
-                    acknowledged: acked,
-                    timeout: req.replica_timeout,
-                })
-            }
-        }
-    }
-}
-
-impl FairQueue for RedisBackend {
-    fn listen_granted<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.wakeups.listen(key, Some(token)))
-    }
-
-    fn listening(&self, key: &str) -> bool {
-        self.wakeups.subscribed(key)
-    }
-
-    fn confirm<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let keys = [key.to_owned()];
-            let done: i64 = self
-                .invoke("confirm", &keys, &CONFIRM, &[token, &millis(ttl)])
-                .await?;
-            Ok(done == 1)
-        })
-    }
-}
+speaks_protocol!(RedisBackend, "redis");

@@ -1,126 +1,48 @@
 //! The script protocol shared by the single-server and cluster backends:
 //! the scripts, their arguments, and what their replies mean.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
-
-use super::errors::backend_error;
+use super::scripts::{ACQUIRE_LUA, Command};
+use super::transport::Failure;
 use crate::LockError;
 use crate::backend::keys::{derived_queue_key, derived_waiters_key, fence_key_refused};
 use crate::backend::{AcquireRequest, Acquired, RefreshRequest, Share};
 use crate::error::{BackendError, BackendErrorKind};
-
-// The sources are kept next to their `Script`s for the cluster backend, which
-// falls back to `EVAL` with the source itself (see `cluster.rs`).
-pub(in crate::backend) const ACQUIRE_LUA: &str = concat!(
-    include_str!("../scripts/fence.lua"),
-    include_str!("../scripts/waiters.lua"),
-    include_str!("../scripts/acquire.lua")
-);
-
-pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
-    include_str!("../scripts/fence.lua"),
-    include_str!("../scripts/waiters.lua"),
-    include_str!("../scripts/grant.lua"),
-    include_str!("../scripts/acquire_fair.lua")
-);
-
-pub(in crate::backend) const ACQUIRE_SHARED_LUA: &str = concat!(
-    include_str!("../scripts/fence.lua"),
-    include_str!("../scripts/waiters.lua"),
-    include_str!("../scripts/grant.lua"),
-    include_str!("../scripts/acquire_shared.lua")
-);
-
-pub(in crate::backend) const REFRESH_LUA: &str = concat!(
-    include_str!("../scripts/leases.lua"),
-    include_str!("../scripts/refresh.lua")
-);
-
-// The release's work for waiters is a function of its own, so that a
-// release nobody waits for does not define what only they need (see
-// `release.lua`).
-pub(in crate::backend) const RELEASE_LUA: &str = concat!(
-    include_str!("../scripts/leases.lua"),
-    "local function announce(token, awaited)\n",
-    include_str!("../scripts/fence.lua"),
-    include_str!("../scripts/grant.lua"),
-    include_str!("../scripts/release_announce.lua"),
-    "end\n",
-    include_str!("../scripts/release.lua")
-);
-
-pub(in crate::backend) const CONFIRM_LUA: &str = concat!(
-    include_str!("../scripts/leases.lua"),
-    include_str!("../scripts/confirm.lua")
-);
-
-pub(in crate::backend) const REMAINING_LUA: &str = concat!(
-    include_str!("../scripts/leases.lua"),
-    include_str!("../scripts/remaining.lua")
-);
-
-pub(in crate::backend) const REFRESH_MANY_LUA: &str = concat!(
-    include_str!("../scripts/leases.lua"),
-    include_str!("../scripts/refresh_many.lua")
-);
-
-pub(in crate::backend) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(ACQUIRE_LUA));
-
-pub(in crate::backend) static ACQUIRE_FAIR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
-
-pub(in crate::backend) static ACQUIRE_SHARED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(ACQUIRE_SHARED_LUA));
-
-pub(in crate::backend) static REFRESH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(REFRESH_LUA));
-
-pub(in crate::backend) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RELEASE_LUA));
-
-pub(in crate::backend) static CONFIRM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(CONFIRM_LUA));
-
-pub(in crate::backend) static REMAINING: LazyLock<Script> =
-    LazyLock::new(|| Script::new(REMAINING_LUA));
-
-pub(in crate::backend) static REFRESH_MANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(REFRESH_MANY_LUA));
 
 /// The most leases one call of the refresh script carries. Redis runs a
 /// script to its end before serving anyone else: this bounds that pause and
 /// the size of one request.
 pub(in crate::backend) const REFRESH_BATCH: usize = 500;
 
-/// `EVALSHA <sha> …` (or `EVAL <source> …`) of `refresh_many.lua` for
-/// `requests`. Built as one plain command: its arguments share one buffer,
-/// where a `ScriptInvocation` would allocate one per key and argument.
-pub(in crate::backend) fn refresh_many_cmd(
-    verb: &str,
-    script: &str,
-    requests: &[&RefreshRequest<'_>],
-) -> redis::Cmd {
-    let mut cmd = redis::cmd(verb);
-    let keys: usize = requests.iter().map(|req| req.keys.len()).sum();
-    cmd.arg(script).arg(keys);
-    for req in requests {
-        cmd.arg(req.keys);
+/// A call of `refresh_many.lua` for the requests. Built as one plain
+/// command: its arguments share one buffer, where a `ScriptInvocation` would
+/// allocate one per key and argument.
+pub(in crate::backend) struct RefreshMany<'a, 'r>(
+    pub(in crate::backend) &'a [&'a RefreshRequest<'r>],
+);
+
+impl Command for RefreshMany<'_, '_> {
+    fn build(&self, verb: &str, script: &str) -> redis::Cmd {
+        let requests = self.0;
+        let mut cmd = redis::cmd(verb);
+        let keys: usize = requests.iter().map(|req| req.keys.len()).sum();
+        cmd.arg(script).arg(keys);
+        for req in requests {
+            cmd.arg(req.keys);
+        }
+        for req in requests {
+            let ttl = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
+            cmd.arg(req.token).arg(ttl).arg(req.keys.len());
+        }
+        cmd
     }
-    for req in requests {
-        let ttl = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
-        cmd.arg(req.token).arg(ttl).arg(req.keys.len());
-    }
-    cmd
 }
 
 /// Reads the reply of `refresh_many.lua` for `requests`: one result each, the
 /// error of the call for every one of them when it failed.
 pub(in crate::backend) fn refreshed(
-    reply: redis::RedisResult<Vec<i64>>,
+    reply: Result<Vec<i64>, Failure>,
     requests: &[&RefreshRequest<'_>],
     server: &str,
 ) -> Vec<Result<bool, LockError>> {
@@ -144,9 +66,9 @@ pub(in crate::backend) fn refreshed(
                 .into())
             })
             .collect(),
-        Err(err) => requests
+        Err(failure) => requests
             .iter()
-            .map(|req| Err(backend_error(server, &what(req), err.clone()).into()))
+            .map(|req| Err(failure.clone().into_error(server, &what(req)).into()))
             .collect(),
     }
 }

@@ -1,0 +1,390 @@
+//! The lock protocol over any [`Transport`]: which script each call runs,
+//! with which keys and arguments, and what its reply means. A single server
+//! and a cluster speak it alike.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use redis::FromRedisValue;
+
+use super::config::RedisConfig;
+use super::protocol::{
+    REFRESH_BATCH, RefreshMany, acknowledged_acquire_pipe, acknowledged_outcome, acquire_args,
+    acquire_fair_args, acquire_shared_args, acquired, check_replica_timeout, millis, not_a_fence,
+    not_shares, plain_outcome, plain_set, pttl, refreshed, release_args,
+};
+use super::retry;
+use super::scripts::{
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_SHARED, CONFIRM, Call, Lua, REFRESH, REFRESH_MANY, RELEASE,
+    REMAINING, call,
+};
+use super::transport::{Failure, Transport};
+use crate::LockError;
+use crate::backend::{AcquireRequest, Acquired, RefreshRequest, ReleaseListener, TOKEN_LEN};
+
+/// The lock protocol, sent through `T`.
+#[derive(Clone)]
+pub(in crate::backend) struct Protocol<T> {
+    pub(in crate::backend) transport: T,
+    /// `RedisConfig::fence_expiry` and `grant_lease`, in ms, as the scripts
+    /// take them.
+    pub(in crate::backend) fence_expiry: String,
+    grant_lease: String,
+}
+
+impl<T: Transport> Protocol<T> {
+    pub(in crate::backend) fn new(transport: T, config: &RedisConfig) -> Self {
+        Protocol {
+            transport,
+            fence_expiry: millis(config.fence_expiry),
+            grant_lease: millis(config.grant_lease),
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.transport.name()
+    }
+
+    /// Runs `attempt` on `conn`, and again as the transport's policy says.
+    async fn send<R, F, Fut>(
+        &self,
+        conn: &T::Conn,
+        keys: &[String],
+        attempt: F,
+    ) -> Result<R, Failure>
+    where
+        F: FnMut(T::Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<R>>,
+    {
+        retry::follow(self.transport.policy(conn, keys), attempt).await
+    }
+
+    /// Calls `lua` with `keys` and `args`; `what` names the call in errors.
+    pub(in crate::backend) async fn script<R, A>(
+        &self,
+        what: &str,
+        keys: &[String],
+        lua: &Lua,
+        args: &[A],
+    ) -> Result<R, LockError>
+    where
+        R: FromRedisValue + Send,
+        A: redis::ToRedisArgs + Sync,
+    {
+        self.send(self.transport.conn(), keys, |mut conn| async move {
+            call(&mut conn, lua, T::LOAD, Call { keys, args }).await
+        })
+        .await
+        .map_err(|failure| {
+            let what = format!("{what} `{}`", keys.join("`, `"));
+            failure.into_error(self.name(), &what).into()
+        })
+    }
+
+    pub(in crate::backend) async fn acquire(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> Result<Acquired, LockError> {
+        self.transport.check(req.keys, req.fence_key)?;
+        if req.replicas > 0 {
+            return self.acquire_acknowledged(req).await;
+        }
+        if req.is_plain() {
+            let set = &plain_set(&req);
+            let previous: Option<String> = self
+                .send(self.transport.conn(), req.keys, |mut conn| async move {
+                    set.query_async(&mut conn).await
+                })
+                .await
+                .map_err(|failure| {
+                    let what = format!("obtain `{}`", req.keys[0]);
+                    LockError::from(failure.into_error(self.name(), &what))
+                })?;
+            if let Some(plain) = plain_outcome(&req, previous) {
+                return Ok(plain);
+            }
+        }
+        let companions = T::COMPANIONS;
+        if req.queue_for.is_some() && companions.queue(&req.keys[0]).is_empty() {
+            return Err(LockError::InvalidKey {
+                key: req.keys[0].clone(),
+                reason: "a fair lock keeps its waiters at a key derived from the lock's, \
+                         which for a key with a `}` but no hash tag is in another Redis \
+                         Cluster slot; give the key a hash tag (only the text between the \
+                         first `{` and `}` is hashed)"
+                    .to_owned(),
+            });
+        }
+        let mut keys = req.keys.to_vec();
+        keys.extend(req.fence_key.map(str::to_owned));
+        let (expiry, lease) = (self.fence_expiry.as_str(), self.grant_lease.as_str());
+        let reply: Result<Vec<i64>, LockError> = if let Some(share) = req.share {
+            let args = acquire_shared_args(&req, share, expiry, lease, companions);
+            self.script("obtain", &keys, &ACQUIRE_SHARED, &args)
+                .await
+                .map_err(|err| not_shares(err, &req.keys[0]))
+        } else if let Some(wait) = req.queue_for {
+            let queue = companions.queue(&req.keys[0]);
+            let args = acquire_fair_args(&req, wait, queue, expiry, lease, companions);
+            self.script("obtain", &keys, &ACQUIRE_FAIR, &args).await
+        } else {
+            let args = acquire_args(&req, expiry, companions);
+            self.script("obtain", &keys, &ACQUIRE, &args).await
+        };
+        let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
+        acquired(&reply, req.fence_key.is_some(), self.name())
+    }
+
+    /// An acquire that waits for `req.replicas` replicas; gives the keys
+    /// back when fewer acknowledge them in time. The acquire and its `WAIT`
+    /// go in one pipeline, and are sent again together.
+    async fn acquire_acknowledged(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        let what = || format!("obtain `{}`", req.keys.join("`, `"));
+        check_replica_timeout(&req, self.transport.response_timeout(), self.name())?;
+        let conn = self.transport.acknowledged(req.keys).await?;
+        let pipe = &acknowledged_acquire_pipe(&req, &self.fence_expiry, T::COMPANIONS);
+        let (reply, acked): (Vec<i64>, usize) = self
+            .send(&conn, req.keys, |mut conn| async move {
+                pipe.query_async(&mut conn).await
+            })
+            .await
+            .map_err(|failure| LockError::from(failure.into_error(self.name(), &what())))?;
+        match acknowledged_outcome(&reply, acked, &req, self.name())? {
+            Ok(outcome) => Ok(outcome),
+            Err(acked) => {
+                if let Err(err) = self.release(req.keys, req.token()).await {
+                    tracing::warn!(target: "lockmacro", server = %self.name(), error = %err,
+                        "could not give back a lock the replicas did not acknowledge; it expires with its ttl");
+                }
+                Err(LockError::NotReplicated {
+                    key: req.keys[0].clone(),
+                    wanted: req.replicas,
+                    acknowledged: acked,
+                    timeout: req.replica_timeout,
+                })
+            }
+        }
+    }
+
+    pub(in crate::backend) async fn refresh(
+        &self,
+        keys: &[String],
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        self.transport.check(keys, None)?;
+        if token.len() != TOKEN_LEN {
+            return Ok(false);
+        }
+        let args = [token, &millis(ttl)];
+        let done: i64 = self.script("refresh", keys, &REFRESH, &args).await?;
+        Ok(done == 1)
+    }
+
+    /// One script call per 500 leases (on a cluster: per slot, and per 500
+    /// leases in it), all sent at once.
+    pub(in crate::backend) async fn refresh_many(
+        &self,
+        requests: &[RefreshRequest<'_>],
+    ) -> Vec<Result<bool, LockError>> {
+        let mut results: Vec<Option<Result<bool, LockError>>> =
+            requests.iter().map(|_| None).collect();
+        let mut batches: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (index, req) in requests.iter().enumerate() {
+            if let Err(err) = self.transport.check(req.keys, None) {
+                results[index] = Some(Err(err));
+            } else if req.token.len() != TOKEN_LEN {
+                results[index] = Some(Ok(false));
+            } else {
+                let first = req.keys.first().map_or(0, |key| self.transport.batch(key));
+                batches.entry(first).or_default().push(index);
+            }
+        }
+        let batches: Vec<&[usize]> = batches
+            .values()
+            .flat_map(|indices| indices.chunks(REFRESH_BATCH))
+            .collect();
+        let calls = batches
+            .iter()
+            .map(|batch| self.refresh_batch(batch.iter().map(|&i| &requests[i]).collect()));
+        let outcomes = futures_util::future::join_all(calls).await;
+        for (batch, outcome) in batches.iter().zip(outcomes) {
+            for (&index, result) in batch.iter().zip(outcome) {
+                results[index] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| result.unwrap_or(Ok(false)))
+            .collect()
+    }
+
+    /// One call of the refresh script for `requests` (all with a well-formed
+    /// token, at most [`REFRESH_BATCH`] of them, all in one batch).
+    async fn refresh_batch(
+        &self,
+        requests: Vec<&RefreshRequest<'_>>,
+    ) -> Vec<Result<bool, LockError>> {
+        let keys = requests.first().map(|req| req.keys).unwrap_or_default();
+        let requests = &requests;
+        let reply = self
+            .send(self.transport.conn(), keys, |mut conn| async move {
+                call(&mut conn, &REFRESH_MANY, T::LOAD, RefreshMany(requests)).await
+            })
+            .await;
+        refreshed(reply, requests, self.name())
+    }
+
+    pub(in crate::backend) async fn release(
+        &self,
+        keys: &[String],
+        token: &str,
+    ) -> Result<bool, LockError> {
+        self.transport.check(keys, None)?;
+        if token.len() != TOKEN_LEN {
+            return Ok(false);
+        }
+        let args = release_args(keys, token, T::COMPANIONS);
+        let done: i64 = self.script("release", keys, &RELEASE, &args).await?;
+        Ok(done == 1)
+    }
+
+    pub(in crate::backend) async fn remaining(
+        &self,
+        keys: &[String],
+        token: &str,
+    ) -> Result<Option<Duration>, LockError> {
+        self.transport.check(keys, None)?;
+        if token.len() != TOKEN_LEN {
+            return Ok(None);
+        }
+        let remaining: i64 = self.script("ttl", keys, &REMAINING, &[token]).await?;
+        Ok(pttl(remaining))
+    }
+
+    pub(in crate::backend) async fn listen(
+        &self,
+        key: &str,
+        token: Option<&str>,
+    ) -> ReleaseListener {
+        self.transport.wakeups().listen(key, token).await
+    }
+
+    pub(in crate::backend) fn listening(&self, key: &str) -> bool {
+        self.transport.wakeups().subscribed(key)
+    }
+
+    pub(in crate::backend) async fn confirm(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        let keys = [key.to_owned()];
+        let args = [token, &millis(ttl)];
+        let done: i64 = self.script("confirm", &keys, &CONFIRM, &args).await?;
+        Ok(done == 1)
+    }
+}
+
+/// [`Backend`](crate::backend::Backend) and
+/// [`FairQueue`](crate::backend::FairQueue) for `$backend`, named `$name`,
+/// whose `protocol` field is a [`Protocol`]: a single server and a cluster
+/// answer every call alike.
+macro_rules! speaks_protocol {
+    ($backend:ty, $name:literal) => {
+        impl $crate::backend::Backend for $backend {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn acquire<'a>(
+                &'a self,
+                req: $crate::backend::AcquireRequest<'a>,
+            ) -> $crate::backend::BoxFuture<'a, Result<$crate::backend::Acquired, $crate::LockError>>
+            {
+                Box::pin(self.protocol.acquire(req))
+            }
+
+            fn refresh<'a>(
+                &'a self,
+                keys: &'a [String],
+                token: &'a str,
+                ttl: ::std::time::Duration,
+            ) -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
+                Box::pin(self.protocol.refresh(keys, token, ttl))
+            }
+
+            /// One script call per 500 leases (on a cluster: per hash slot,
+            /// and per 500 leases in it), all sent at once.
+            fn refresh_many<'a>(
+                &'a self,
+                requests: &'a [$crate::backend::RefreshRequest<'a>],
+            ) -> $crate::backend::BoxFuture<'a, Vec<Result<bool, $crate::LockError>>> {
+                Box::pin(self.protocol.refresh_many(requests))
+            }
+
+            fn release<'a>(
+                &'a self,
+                keys: &'a [String],
+                token: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
+                Box::pin(self.protocol.release(keys, token))
+            }
+
+            fn remaining<'a>(
+                &'a self,
+                keys: &'a [String],
+                token: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, Result<Option<::std::time::Duration>, $crate::LockError>>
+            {
+                Box::pin(self.protocol.remaining(keys, token))
+            }
+
+            fn listen<'a>(
+                &'a self,
+                key: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, $crate::backend::ReleaseListener> {
+                Box::pin(self.protocol.listen(key, None))
+            }
+
+            fn fair_queue(&self) -> Option<&dyn $crate::backend::FairQueue> {
+                Some(self)
+            }
+
+            fn acknowledges_replicas(&self) -> bool {
+                true
+            }
+
+            fn keeps_shares(&self) -> bool {
+                true
+            }
+        }
+
+        impl $crate::backend::FairQueue for $backend {
+            fn listen_granted<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, $crate::backend::ReleaseListener> {
+                Box::pin(self.protocol.listen(key, Some(token)))
+            }
+
+            fn listening(&self, key: &str) -> bool {
+                self.protocol.listening(key)
+            }
+
+            fn confirm<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a str,
+                ttl: ::std::time::Duration,
+            ) -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
+                Box::pin(self.protocol.confirm(key, token, ttl))
+            }
+        }
+    };
+}
+
+pub(in crate::backend) use speaks_protocol;

@@ -1,0 +1,248 @@
+//! What the lock protocol needs from the wire, and the single server's
+//! answer to it. The cluster's is in `cluster.rs`; the protocol over either
+//! is in `locks.rs`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{ErrorKind, RedisError};
+use tokio::time::Instant;
+
+use super::config::RedisConfig;
+use super::connect::manager_for;
+use super::errors::backend_error;
+use super::protocol::Companions;
+use super::retry::Policy;
+use super::scripts::Load;
+use super::wakeups::Wakeups;
+use crate::LockError;
+use crate::error::BackendError;
+#[cfg(feature = "cluster")]
+use crate::error::BackendErrorKind;
+
+/// How the lock protocol reaches its keys: a single server, or the master of
+/// each key's cluster slot.
+pub(in crate::backend) trait Transport: Send + Sync + 'static {
+    /// The connection a command goes on.
+    type Conn: ConnectionLike + Clone + Send + Sync + 'static;
+
+    /// How a node that does not know a script is taught it.
+    const LOAD: Load;
+    /// Where the scripts keep a key's queue and waiters flag.
+    const COMPANIONS: Companions;
+
+    /// Names the server or cluster in error messages.
+    fn name(&self) -> &str;
+
+    /// The connection shared by every call.
+    fn conn(&self) -> &Self::Conn;
+
+    /// Refuses, before anything is sent, `keys` (with `fence_key`) that one
+    /// call cannot carry.
+    fn check(&self, keys: &[String], fence_key: Option<&str>) -> Result<(), LockError>;
+
+    /// Which refreshes one call may carry together: those of leases whose
+    /// first keys give the same number.
+    fn batch(&self, key: &str) -> u16;
+
+    /// How a call is sent again: on a dropped connection, through a
+    /// failover.
+    type Policy<'a>: Policy<Target = Self::Conn, Error = RedisError, Failure = Failure> + Send
+    where
+        Self: 'a;
+
+    /// The policy of one call on `conn` with `keys`.
+    fn policy<'a>(&'a self, conn: &'a Self::Conn, keys: &[String]) -> Self::Policy<'a>;
+
+    /// The connection of the acquires that wait for replicas, opened on the
+    /// first one: `WAIT` holds up its connection until the replicas answer,
+    /// and on the shared one would hold up every other call, the watchdog's
+    /// refreshes among them. `keys` name the acquire in errors.
+    fn acknowledged(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Self::Conn, LockError>> + Send;
+
+    /// Bounds every call: a replica wait must end before it.
+    fn response_timeout(&self) -> Duration;
+
+    /// The pub/sub side, which hears releases and hand-offs.
+    fn wakeups(&self) -> &Arc<Wakeups>;
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone)]
+pub(in crate::backend) enum Failure {
+    /// An answer that sending again would not change.
+    Redis(RedisError),
+    /// A cluster's budget ran out while the slot had no master that answered.
+    #[cfg(feature = "cluster")]
+    Spent {
+        slot: Option<u16>,
+        budget: Duration,
+        last: Option<RedisError>,
+    },
+}
+
+impl Failure {
+    pub(in crate::backend) fn into_error(self, server: &str, what: &str) -> BackendError {
+        match self {
+            Failure::Redis(err) => backend_error(server, what, err),
+            #[cfg(feature = "cluster")]
+            Failure::Spent { slot, budget, last } => {
+                let slot = slot.map_or_else(String::new, |slot| format!(" {slot}"));
+                let message = match &last {
+                    Some(last) => format!(
+                        "no master of slot{slot} answered within the response timeout \
+                         ({budget:?}): the cluster is failing over or has lost the slot; its \
+                         last answer: {last}"
+                    ),
+                    // A node that took the command and never answered.
+                    None => format!(
+                        "no master of slot{slot} answered within the response timeout \
+                         ({budget:?})"
+                    ),
+                };
+                let error = BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("{server}: {what}"),
+                    message,
+                );
+                match last {
+                    Some(last) => error.with_source(last),
+                    None => error,
+                }
+            }
+        }
+    }
+}
+
+/// One Redis server, through a reconnecting connection.
+#[derive(Clone)]
+pub(in crate::backend) struct Server {
+    pub(super) conn: ConnectionManager,
+    /// `redis 127.0.0.1:6379`: names the server in error messages.
+    pub(super) name: String,
+    pub(super) wakeups: Arc<Wakeups>,
+    pub(super) acknowledged: Arc<Acknowledged>,
+}
+
+/// What opens the connection of the acquires that wait for replicas, and
+/// that connection once open.
+pub(in crate::backend) struct Acknowledged {
+    client: redis::Client,
+    config: RedisConfig,
+    conn: tokio::sync::OnceCell<ConnectionManager>,
+}
+
+impl Acknowledged {
+    pub(super) fn new(client: redis::Client, config: &RedisConfig) -> Self {
+        Acknowledged {
+            client,
+            config: config.clone(),
+            conn: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+impl Transport for Server {
+    type Conn = ConnectionManager;
+
+    const LOAD: Load = Load::ScriptLoad;
+    const COMPANIONS: Companions = Companions::Derived;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn conn(&self) -> &ConnectionManager {
+        &self.conn
+    }
+
+    fn check(&self, _: &[String], _: Option<&str>) -> Result<(), LockError> {
+        Ok(())
+    }
+
+    fn batch(&self, _: &str) -> u16 {
+        0
+    }
+
+    type Policy<'a> = Reconnect<'a>;
+
+    fn policy<'a>(&'a self, conn: &'a ConnectionManager, _: &[String]) -> Reconnect<'a> {
+        Reconnect {
+            conn,
+            server: &self.name,
+            retried: false,
+        }
+    }
+
+    async fn acknowledged(&self, _: &[String]) -> Result<ConnectionManager, LockError> {
+        let acknowledged = &self.acknowledged;
+        acknowledged
+            .conn
+            .get_or_try_init(|| async {
+                manager_for(&acknowledged.client, &acknowledged.config)
+                    .await
+                    .map(|(conn, _)| conn)
+            })
+            .await
+            .cloned()
+    }
+
+    fn response_timeout(&self) -> Duration {
+        self.acknowledged.config.response_timeout
+    }
+
+    fn wakeups(&self) -> &Arc<Wakeups> {
+        &self.wakeups
+    }
+}
+
+/// A single server's: a command that failed because the connection dropped
+/// (a server restart, an idle connection cut by a proxy) is sent once more,
+/// on the connection the manager makes again. Every command the protocol
+/// sends is safe to repeat.
+pub(in crate::backend) struct Reconnect<'a> {
+    conn: &'a ConnectionManager,
+    server: &'a str,
+    retried: bool,
+}
+
+impl Policy for Reconnect<'_> {
+    type Target = ConnectionManager;
+    type Error = RedisError;
+    type Failure = Failure;
+
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+
+    fn target(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    fn retry(&mut self, err: &RedisError) -> bool {
+        if self.retried || !err.is_connection_dropped() {
+            return false;
+        }
+        tracing::debug!(target: "lockmacro", server = %self.server, error = %err, "connection dropped, sending again");
+        self.retried = true;
+        true
+    }
+
+    async fn recover(&mut self) -> Result<bool, RedisError> {
+        Ok(false)
+    }
+
+    fn fail(&mut self, err: RedisError, _: Option<RedisError>) -> Failure {
+        Failure::Redis(err)
+    }
+
+    /// Without a deadline the loop stops only by [`fail`](Self::fail).
+    fn spent(&mut self, last: Option<RedisError>, _: bool) -> Failure {
+        Failure::Redis(last.unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no answer"))))
+    }
+}
