@@ -200,18 +200,8 @@ impl ClusterBackend {
                 url: addrs.join(","),
                 reason: err.to_string(),
             })?;
-        // Reading the slot map takes a round trip after the handshake with
-        // each seed tried; this bounds all of it.
-        let connect = client.get_async_connection();
-        let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
-            .await
-            .map_err(|_| {
-                BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{name}: connect"),
-                    "no answer in time",
-                )
-            })?
+        let conn = open_connection(&client, &name, &config)
+            .await?
             .map_err(|err| {
                 if err.to_string().contains("cluster support disabled") {
                     // The server's words alone do not say what to do.
@@ -278,16 +268,8 @@ impl ClusterBackend {
     {
         let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
         let name = cluster_name(&nodes);
-        let connect = client.get_async_connection();
-        let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
-            .await
-            .map_err(|_| {
-                BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{name}: connect"),
-                    "no answer in time",
-                )
-            })?
+        let conn = open_connection(&client, &name, &config)
+            .await?
             .map_err(|err| backend_error(&name, "connect", err))?;
         Self::from_connection(conn, client, nodes, config)
     }
@@ -426,6 +408,26 @@ fn passing(err: &redis::RedisError) -> bool {
                 | ServerErrorKind::BusyLoading
         ) | ErrorKind::ClusterConnectionNotFound
     ) || err.is_connection_refusal()
+}
+
+/// A connection from `client` (`name` in errors), or its error; `Err` when
+/// none came in time. Reading the slot map takes a round trip after the
+/// handshake with each seed tried; this bounds all of it.
+async fn open_connection(
+    client: &redis::cluster::ClusterClient,
+    name: &str,
+    config: &RedisConfig,
+) -> Result<redis::RedisResult<ClusterConnection>, BackendError> {
+    let connect = client.get_async_connection();
+    tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+        .await
+        .map_err(|_| {
+            BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("{name}: connect"),
+                "no answer in time",
+            )
+        })
 }
 
 /// `redis cluster 10.0.0.1:6379,10.0.0.2:6379`, from node URLs.

@@ -153,6 +153,7 @@ pub(super) struct Tally<Y, N> {
 }
 
 impl RedlockBackend {
+    /// Sends `op` to every master at once, all bounded by `timeout`.
     pub(super) fn fan_out<Y, N, F, Fut>(
         &self,
         timeout: Duration,
