@@ -7,7 +7,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
 
-use super::wire::*;
+use super::wire::{MAX_TXN_OPS, fence, gets, lease_secs, owned_by, queue_prefix, revision};
 use super::{EtcdBackend, Held};
 use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired, TOKEN_LEN};

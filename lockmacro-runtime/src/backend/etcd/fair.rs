@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 
-use super::wire::*;
+use super::wire::{fence, gets, lease_secs, queue_prefix, revision};
 use super::{EtcdBackend, Held};
 use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::{Client, KeyValue, Txn, TxnOp, TxnResponse};
 
 use super::EtcdBackend;
-use super::wire::*;
+use super::wire::{MAX_TXN_OPS, gets};
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
 

@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 
-use self::members::*;
-use self::wire::*;
+use self::members::error;
+use self::wire::{member_name, queue_prefix};
 use crate::LockError;
 use crate::backend::{
     AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,

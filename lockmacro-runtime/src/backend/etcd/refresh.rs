@@ -3,7 +3,7 @@
 
 use etcd_client::{PutOptions, Txn, TxnOp};
 
-use super::wire::*;
+use super::wire::lease_secs;
 use super::{EtcdBackend, Held};
 use crate::LockError;
 use crate::backend::{BoxFuture, RefreshRequest};

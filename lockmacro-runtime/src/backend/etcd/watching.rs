@@ -5,7 +5,7 @@ use etcd_client::{EventType, WatchFilterType, WatchOptions};
 use tokio::sync::watch;
 
 use super::EtcdBackend;
-use super::wire::*;
+use super::wire::queue_prefix;
 use crate::backend::ReleaseListener;
 
 impl EtcdBackend {

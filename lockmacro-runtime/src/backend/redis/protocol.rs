@@ -1,5 +1,5 @@
-//! The script protocol shared by the single-server and cluster backends:
-//! the scripts, their arguments, and what their replies mean.
+//! The scripts' arguments and what their replies mean, for a single server
+//! and a cluster alike.
 
 use std::time::Duration;
 
