@@ -1,5 +1,8 @@
 //! Redis errors as [`BackendError`]s: what went wrong and what to do.
 
+#[cfg(feature = "cluster")]
+use std::time::Duration;
+
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::error::{BackendError, BackendErrorKind};
@@ -13,6 +16,53 @@ pub(crate) fn redact(url: &str) -> String {
             format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
         }
         _ => url.to_owned(),
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone)]
+pub(in crate::backend) enum Failure {
+    /// An answer that sending again would not change.
+    Redis(RedisError),
+    /// A cluster's budget ran out while the slot had no master that answered.
+    #[cfg(feature = "cluster")]
+    Spent {
+        slot: Option<u16>,
+        budget: Duration,
+        last: Option<RedisError>,
+    },
+}
+
+impl Failure {
+    pub(in crate::backend) fn into_error(self, server: &str, what: &str) -> BackendError {
+        match self {
+            Failure::Redis(err) => backend_error(server, what, err),
+            #[cfg(feature = "cluster")]
+            Failure::Spent { slot, budget, last } => {
+                let slot = slot.map_or_else(String::new, |slot| format!(" {slot}"));
+                let message = match &last {
+                    Some(last) => format!(
+                        "no master of slot{slot} answered within the response timeout \
+                         ({budget:?}): the cluster is failing over or has lost the slot; its \
+                         last answer: {last}"
+                    ),
+                    // A node that took the command and never answered.
+                    None => format!(
+                        "no master of slot{slot} answered within the response timeout \
+                         ({budget:?})"
+                    ),
+                };
+                let error = BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("{server}: {what}"),
+                    message,
+                );
+                match last {
+                    Some(last) => error.with_source(last),
+                    None => error,
+                }
+            }
+        }
     }
 }
 

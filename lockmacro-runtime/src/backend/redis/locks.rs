@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::FromRedisValue;
 
 use super::config::RedisConfig;
+use super::errors::Failure;
 use super::protocol::{
     REFRESH_BATCH, RefreshMany, acknowledged_acquire_pipe, acknowledged_outcome, acquire_args,
     acquire_fair_args, acquire_shared_args, acquired, check_replica_timeout, millis, not_a_fence,
@@ -19,7 +20,7 @@ use super::scripts::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_SHARED, CONFIRM, Call, Lua, REFRESH, REFRESH_MANY, RELEASE,
     REMAINING, call,
 };
-use super::transport::{Failure, Transport};
+use super::transport::Transport;
 use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired, RefreshRequest, ReleaseListener, TOKEN_LEN};
 

@@ -17,6 +17,8 @@ pub(crate) use self::connect::open_manager;
 // What the cluster backend shares with this one.
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::connect::{enable_tls, open_client, prepare_tls};
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::errors::Failure;
 pub(crate) use self::errors::{backend_error, redact};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::locks::{Protocol, speaks_protocol};
@@ -26,7 +28,7 @@ pub(super) use self::protocol::Companions;
 pub(super) use self::scripts::Load;
 pub(super) use self::scripts::Lua;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::transport::{Failure, Transport};
+pub(super) use self::transport::Transport;
 pub(super) use self::wakeups::Wakeups;
 
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use super::errors::Failure;
 use super::scripts::{ACQUIRE_LUA, Command};
-use super::transport::Failure;
 use crate::LockError;
 use crate::backend::keys::{derived_queue_key, derived_waiters_key, fence_key_refused};
 use crate::backend::{AcquireRequest, Acquired, RefreshRequest, Share};

@@ -12,15 +12,12 @@ use tokio::time::Instant;
 
 use super::config::RedisConfig;
 use super::connect::manager_for;
-use super::errors::backend_error;
+use super::errors::Failure;
 use super::protocol::Companions;
 use super::retry::Policy;
 use super::scripts::Load;
 use super::wakeups::Wakeups;
 use crate::LockError;
-use crate::error::BackendError;
-#[cfg(feature = "cluster")]
-use crate::error::BackendErrorKind;
 
 /// How the lock protocol reaches its keys: a single server, or the master of
 /// each key's cluster slot.
@@ -70,53 +67,6 @@ pub(in crate::backend) trait Transport: Send + Sync + 'static {
 
     /// The pub/sub side, which hears releases and hand-offs.
     fn wakeups(&self) -> &Arc<Wakeups>;
-}
-
-/// Why a call failed.
-#[derive(Debug, Clone)]
-pub(in crate::backend) enum Failure {
-    /// An answer that sending again would not change.
-    Redis(RedisError),
-    /// A cluster's budget ran out while the slot had no master that answered.
-    #[cfg(feature = "cluster")]
-    Spent {
-        slot: Option<u16>,
-        budget: Duration,
-        last: Option<RedisError>,
-    },
-}
-
-impl Failure {
-    pub(in crate::backend) fn into_error(self, server: &str, what: &str) -> BackendError {
-        match self {
-            Failure::Redis(err) => backend_error(server, what, err),
-            #[cfg(feature = "cluster")]
-            Failure::Spent { slot, budget, last } => {
-                let slot = slot.map_or_else(String::new, |slot| format!(" {slot}"));
-                let message = match &last {
-                    Some(last) => format!(
-                        "no master of slot{slot} answered within the response timeout \
-                         ({budget:?}): the cluster is failing over or has lost the slot; its \
-                         last answer: {last}"
-                    ),
-                    // A node that took the command and never answered.
-                    None => format!(
-                        "no master of slot{slot} answered within the response timeout \
-                         ({budget:?})"
-                    ),
-                };
-                let error = BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{server}: {what}"),
-                    message,
-                );
-                match last {
-                    Some(last) => error.with_source(last),
-                    None => error,
-                }
-            }
-        }
-    }
 }
 
 /// One Redis server, through a reconnecting connection.
