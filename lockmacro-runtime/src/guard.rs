@@ -121,7 +121,7 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn lease(&self) -> &crate::lock::Lease {
+    pub(crate) fn lease(&self) -> &crate::lease::Lease {
         &self.lock().lease
     }
 

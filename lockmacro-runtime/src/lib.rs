@@ -552,6 +552,7 @@ mod fenced;
 mod global;
 mod guard;
 mod hold;
+mod lease;
 mod lock;
 mod locker;
 mod metrics;
@@ -578,8 +579,9 @@ pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};
 pub use crate::guard::LockGuard;
 pub use crate::hold::{HoldOptions, OnLost};
+pub use crate::lease::MAX_TTL;
 pub use crate::lock::Lock;
-pub use crate::locker::{Locker, MAX_TTL};
+pub use crate::locker::Locker;
 pub use crate::options::{Fencing, ObtainOptions};
 pub use crate::retry::RetryStrategy;
 #[doc(inline)]

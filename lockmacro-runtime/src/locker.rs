@@ -10,16 +10,13 @@ use crate::backend::{
     AcquireRequest, Acquired, Backend, ReleaseListener, Share, TOKEN_LEN, derived_fence_key,
 };
 use crate::error::{BackendError, BackendErrorKind};
-use crate::lock::{Lease, Timing};
+use crate::lease::{Lease, Timing, check_duration};
 use crate::metrics;
 use crate::options::Fencing;
 use crate::watchdog::Watchdog;
 use crate::{
     Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend, SentinelBackend,
 };
-
-/// The longest ttl accepted: ten years.
-pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// Takes locks on one backend, under an optional namespace.
 ///
@@ -56,22 +53,6 @@ impl std::fmt::Debug for Locker {
             .field("namespace", &self.namespace())
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn check_duration(
-    key: &str,
-    what: &'static str,
-    value: Duration,
-) -> Result<(), LockError> {
-    if value < Duration::from_millis(1) || value > MAX_TTL {
-        return Err(LockError::InvalidDuration {
-            key: key.to_owned(),
-            what,
-            value,
-            reason: format!("must be between 1ms and {MAX_TTL:?}"),
-        });
-    }
-    Ok(())
 }
 
 fn check_key(key: &str) -> Result<(), LockError> {
@@ -256,10 +237,6 @@ impl Locker {
     /// The backend this locker runs on.
     pub fn backend(&self) -> &dyn Backend {
         &*self.shared.backend
-    }
-
-    pub(crate) fn shared_backend(&self) -> &Arc<dyn Backend> {
-        &self.shared.backend
     }
 
     /// The key as stored by the backend: the namespace prefix, then `key`.
