@@ -544,6 +544,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+mod claim;
 #[cfg(doctest)]
 mod doc_examples;
 mod election;
@@ -559,6 +560,7 @@ mod metrics;
 mod options;
 mod reentry;
 mod retry;
+mod wait;
 mod watchdog;
 
 #[doc(hidden)]

@@ -1,18 +1,13 @@
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{
-    AcquireRequest, Acquired, Backend, ReleaseListener, Share, TOKEN_LEN, derived_fence_key,
-};
+use crate::backend::{Backend, Share, derived_fence_key};
 use crate::error::{BackendError, BackendErrorKind};
-use crate::lease::{Lease, Timing, check_duration};
-use crate::metrics;
+use crate::lease::check_duration;
 use crate::options::Fencing;
+use crate::wait::{Request, Wait};
 use crate::watchdog::Watchdog;
 use crate::{
     Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend, SentinelBackend,
@@ -64,11 +59,6 @@ fn check_key(key: &str) -> Result<(), LockError> {
     }
     Ok(())
 }
-
-/// How many times one obtain listens again after its listener's connection
-/// closed; after that it waits by backoff, so that a server that keeps
-/// dropping connections cannot make it spin.
-const MAX_RELISTENS: u32 = 3;
 
 impl Locker {
     /// A locker on `backend`.
@@ -354,249 +344,19 @@ impl Locker {
         if opts.replicas > 0 {
             self.check_replicas(&keys, ttl, &opts)?;
         }
-        // A uuid v4 from the thread's generator (ChaCha, seeded by the OS),
-        // rather than `Uuid::new_v4`, which asks the OS for every one: a
-        // system call per obtain.
-        let mut token_bytes = [0u8; TOKEN_LEN];
-        uuid::Builder::from_random_bytes(rand::random())
-            .into_uuid()
-            .simple()
-            .encode_lower(&mut token_bytes);
-        let token = std::str::from_utf8(&token_bytes).expect("a simple uuid is ASCII hex");
-        let value = format!("{token}{}", opts.metadata);
-        let start = Instant::now();
-        let deadline = opts.retry.get_deadline().map(|wait| start + wait);
-        let wakeups_only = opts.wakeups_only || opts.fair;
-        let mut attempts = 0;
-        // Gives back whatever this call may own on the server, however it
-        // ends without a lock (gave up, failed, or its future was dropped).
-        let mut claim = Claim {
-            locker: self,
-            wire_keys: &wire_keys,
-            token,
-            armed: false,
-        };
-        let drift = self.backend().drift(ttl);
-        // `sent`: when the request that confirmed the lease was sent, from
-        // which its local deadline counts.
-        let labels = metrics::Labels {
-            backend: self.backend().name(),
-            namespace: self.namespace(),
-        };
-        // `granted_until`: the end of a grant lease not confirmed yet, which
-        // the deadline does not pass until it is.
-        let lock = |claim: &mut Claim,
-                    fence: Option<u64>,
-                    acquired_at: Instant,
-                    sent: Instant,
-                    granted_until: Option<Instant>| {
-            claim.armed = false;
-            metrics::obtained(labels, start.elapsed());
-            let hold_until = opts.max_hold.map(|hold| acquired_at + hold);
-            let mut timing = Timing::new(ttl, sent, drift, hold_until);
-            if let Some(until) = granted_until {
-                timing.deadline = timing.deadline.min(until);
-            }
-            Lock {
-                watchdog: self.shared.watchdog.clone(),
-                lease: Arc::new(Lease {
-                    backend: self.shared.backend.clone(),
-                    keys: keys.clone().into_boxed_slice(),
-                    namespaced: (wire_keys != keys).then(|| wire_keys.clone().into_boxed_slice()),
-                    token: token_bytes,
-                    metadata: opts.metadata.as_str().into(),
-                    fence,
-                    share: opts.share,
-                    acquired_at,
-                    hold_until,
-                    timing: Mutex::new(timing),
-                    lost: AtomicBool::new(false),
-                    lost_notify: Notify::new(),
-                    done: AtomicBool::new(false),
-                    ended: AtomicBool::new(false),
-                }),
-            }
-        };
-        // Listens for the release of the key last found busy (its index), so
-        // that a wait ends when the holder releases rather than at the end of
-        // the backoff.
-        let mut listening: Option<(usize, ReleaseListener)> = None;
-        let mut relistened = 0;
-        // Checked by `check_fair` when `opts.fair`.
-        let queue = self.backend().fair_queue().filter(|_| opts.fair);
-        if let Some(queue) = queue
-            && !opts.retry.is_none()
-            && queue.listening(&wire_keys[0])
-        {
-            // Listening first costs nothing now; then the first attempt is
-            // the only one: a hand-off can only follow it.
-            let listener = queue.listen_granted(&wire_keys[0], token).await;
-            listening = Some((0, listener));
-        }
-        // Every attempt sent, the first included (`attempts` leaves it out
-        // once it was only to catch a release before listening).
-        let mut sent_attempts = 0u32;
-        loop {
-            attempts += 1;
-            sent_attempts += 1;
-            let sent = Instant::now();
-            let queue_for = opts.fair.then(|| match deadline {
-                Some(deadline) if !opts.retry.is_none() => deadline.saturating_duration_since(sent),
-                _ => Duration::ZERO,
-            });
-            let request = AcquireRequest {
-                keys: &wire_keys,
-                value: &value,
-                ttl,
-                fence_key: fence_key.as_deref(),
-                queue_for,
-                replicas: opts.replicas,
-                replica_timeout: opts.replica_bound(ttl),
-                // Once listening, a busy answer must say how long the holder
-                // has left: it bounds the wait, which no message may end.
-                wait: listening.is_some(),
-                attempt: sent_attempts,
-                share: opts.share,
-            };
-            // From here until its reply is read, the attempt may hold the
-            // keys: a dropped or timed-out call must give them back.
-            claim.armed = true;
-            let acquired = match self.backend().acquire(request).await {
-                Ok(acquired) => acquired,
-                Err(err) => {
-                    // Refused before anything was sent: nothing to give back.
-                    if matches!(
-                        err,
-                        LockError::InvalidKey { .. } | LockError::InvalidDuration { .. }
-                    ) {
-                        claim.armed = false;
-                    }
-                    return Err(err);
-                }
-            };
-            let (index, remaining) = match acquired {
-                Acquired::Obtained { fence }
-                    if Instant::now() < sent + ttl.saturating_sub(drift) =>
-                {
-                    tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
-                    return Ok(lock(&mut claim, fence, sent, sent, None));
-                }
-                Acquired::Obtained { .. } => {
-                    // The reply came after the lease it granted could be
-                    // trusted: someone else may hold the key by now.
-                    tracing::warn!(target: "lockmacro", attempts, "obtained, but the reply came after the lease's deadline; giving it back");
-                    claim.give_back().await;
-                    (0, None)
-                }
-                Acquired::Busy { index, remaining } => (index, remaining),
-            };
-            claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
-            let busy = || {
-                metrics::busy(labels, start.elapsed());
-                LockError::NotObtained {
-                    key: keys.get(index).unwrap_or(&keys[0]).clone(),
-                }
-            };
-            let Some(mut delay) = opts.retry.delay_after(attempts) else {
-                tracing::debug!(target: "lockmacro", attempts, "busy");
-                claim.give_back().await;
-                return Err(busy());
-            };
-            // A waiter the backend can wake sends nothing until woken, the
-            // holder's lease runs out, or the deadline.
-            let hears = listening
-                .as_ref()
-                .is_some_and(|(listened, listener)| *listened == index && listener.hears());
-            if wakeups_only && hears && remaining.is_some() {
-                delay = Duration::MAX;
-            }
-            // The holder's lease bounds the wait: once it runs out the key is
-            // free, whether or not its release is ever seen.
-            if let Some(remaining) = remaining {
-                delay = delay.min(remaining + Duration::from_millis(1));
-            }
-            if let Some(deadline) = deadline {
-                let now = Instant::now();
-                if now >= deadline {
-                    tracing::debug!(target: "lockmacro", attempts, "busy until the deadline");
-                    claim.give_back().await;
-                    return Err(busy());
-                }
-                delay = delay.min(deadline - now);
-            }
-            match &mut listening {
-                Some((listened, listener)) if *listened == index => {
-                    tracing::trace!(target: "lockmacro", ?delay, attempts, "busy, retrying");
-                    let hearing = listener.hears();
-                    listener.wait(delay).await;
-                    if let Some(handed) = listener.handed()
-                        && handed.attempt == sent_attempts
-                    {
-                        // Handed over after this attempt found the waiter in
-                        // line, so the key is ours until at least `sent`
-                        // plus the grant lease: go on at once when that
-                        // leaves time, and confirm meanwhile.
-                        let arrived = Instant::now();
-                        let lease = handed.lease.min(ttl);
-                        let until = sent + lease.saturating_sub(self.backend().drift(lease));
-                        if until > arrived + lease / 2 {
-                            let fence = fence_key.is_some().then_some(handed.fence);
-                            tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirming");
-                            let lock = lock(&mut claim, fence, arrived, sent, Some(until));
-                            tokio::spawn(lock.lease.clone().confirm_grant());
-                            return Ok(lock);
-                        }
-                    }
-                    let Some(fence) = listener.granted() else {
-                        if hearing && !listener.hears() && relistened < MAX_RELISTENS {
-                            // Its connection closed mid-wait: try again at
-                            // once (a release or a hand-off may have gone
-                            // unheard), then listen on a new one.
-                            relistened += 1;
-                            listening = None;
-                        }
-                        continue;
-                    };
-                    // Handed the key by a release at some moment after this
-                    // waiter's last attempt was sent (that attempt found it
-                    // busy), so the lease runs at least until `sent + ttl`.
-                    let arrived = Instant::now();
-                    let fence = fence_key.is_some().then_some(fence);
-                    if sent + ttl.saturating_sub(drift) > arrived + ttl / 2 {
-                        tracing::debug!(target: "lockmacro", fence, attempts, "handed over");
-                        return Ok(lock(&mut claim, fence, arrived, sent, None));
-                    }
-                    // Waited long: confirm, and count the lease from now.
-                    let confirm = Instant::now();
-                    if self.backend().refresh(&wire_keys, token, ttl).await? {
-                        if Instant::now() < confirm + ttl.saturating_sub(drift) {
-                            tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirmed");
-                            return Ok(lock(&mut claim, fence, arrived, confirm, None));
-                        }
-                        // Confirmed too late to be trusted: give it back.
-                        claim.give_back().await;
-                    }
-                    // The lease ran out before this waiter could use it: stand
-                    // in line again.
-                    listening = None;
-                }
-                _ => {
-                    // Listen first, then try again at once: a release before
-                    // the listener was in place is seen by that attempt, any
-                    // later one by the listener. The first such attempt does
-                    // not count against the strategy.
-                    if listening.is_none() {
-                        attempts -= 1;
-                    }
-                    let key = &wire_keys[index];
-                    let listener = match queue {
-                        Some(queue) => queue.listen_granted(key, token).await,
-                        None => self.backend().listen(key).await,
-                    };
-                    listening = Some((index, listener));
-                }
-            }
-        }
+        let request = Request::new(
+            self.shared.backend.clone(),
+            keys,
+            wire_keys,
+            fence_key,
+            ttl,
+            opts,
+        );
+        let lease = Wait::new(&request, self.namespace()).run().await?;
+        Ok(Lock {
+            lease,
+            watchdog: self.shared.watchdog.clone(),
+        })
     }
 
     /// Refuses a fair obtain that cannot be served fairly.
@@ -629,53 +389,6 @@ impl Locker {
                          (`RetryStrategy::deadline`): its place in the queue lapses then"
                     .into(),
             }),
-        }
-    }
-}
-
-/// What an obtain may own on the server before it hands back a [`Lock`]: an
-/// attempt whose reply was not read (its future dropped, or timed out), a
-/// grant that came too late to be used, or a fair waiter's place in a queue.
-/// Given back while armed, by a release with the call's token: that deletes
-/// only keys holding the token, and removes the token's queue entry (handing
-/// the key on should it have been handed to this call meanwhile).
-///
-/// It borrows what it would give back: only a claim dropped while armed
-/// copies it, for the background release.
-struct Claim<'a> {
-    locker: &'a Locker,
-    wire_keys: &'a [String],
-    token: &'a str,
-    armed: bool,
-}
-
-impl Claim<'_> {
-    /// Gives back now, if armed.
-    async fn give_back(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            release_claim(self.locker, self.wire_keys, self.token).await;
-        }
-    }
-}
-
-async fn release_claim(locker: &Locker, wire_keys: &[String], token: &str) {
-    if let Err(error) = locker.backend().release(wire_keys, token).await {
-        tracing::debug!(target: "lockmacro", %error, "could not give back an unfinished obtain; what it took lapses at its ttl");
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if !std::mem::take(&mut self.armed) {
-            return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (locker, wire_keys, token) = (
-                self.locker.clone(),
-                self.wire_keys.to_vec(),
-                self.token.to_owned(),
-            );
-            runtime.spawn(async move { release_claim(&locker, &wire_keys, &token).await });
         }
     }
 }
