@@ -560,6 +560,7 @@ mod metrics;
 mod options;
 mod reentry;
 mod retry;
+mod rules;
 mod wait;
 mod watchdog;
 

@@ -3,8 +3,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::backend::{Backend, Share, derived_fence_key};
-use crate::error::{BackendError, BackendErrorKind};
+use crate::backend::{Backend, derived_fence_key};
 use crate::lease::check_duration;
 use crate::options::Fencing;
 use crate::wait::{Request, Wait};
@@ -335,15 +334,7 @@ impl Locker {
             }
         };
         crate::backend::check_reserved(&wire_keys, fence_key.as_deref())?;
-        if opts.fair {
-            self.check_fair(&keys, &opts)?;
-        }
-        if let Some(share) = opts.share {
-            self.check_share(&keys, share, &opts)?;
-        }
-        if opts.replicas > 0 {
-            self.check_replicas(&keys, ttl, &opts)?;
-        }
+        crate::rules::check(self.backend(), &keys, ttl, &opts)?;
         let request = Request::new(
             self.shared.backend.clone(),
             keys,
@@ -357,139 +348,5 @@ impl Locker {
             lease,
             watchdog: self.shared.watchdog.clone(),
         })
-    }
-
-    /// Refuses a fair obtain that cannot be served fairly.
-    fn check_fair(&self, keys: &[String], opts: &ObtainOptions) -> Result<(), LockError> {
-        if keys.len() > 1 {
-            return Err(LockError::InvalidKey {
-                key: keys.join(","),
-                reason: "a fair obtain takes one key (waiters queue per key); lock several keys \
-                         without `fair`"
-                    .into(),
-            });
-        }
-        if self.backend().fair_queue().is_none() {
-            return Err(BackendError::new(
-                BackendErrorKind::Unsupported,
-                format!("obtain `{}`", keys[0]),
-                "this backend keeps no queue of waiters, so it cannot hand locks over fairly \
-                 (Redlock cannot: see `RedlockBackend`); obtain without `fair`",
-            )
-            .into());
-        }
-        match opts.retry.get_deadline() {
-            Some(wait) => check_duration(&keys[0], "fair wait (the retry deadline)", wait),
-            None if opts.retry.is_none() => Ok(()),
-            None => Err(LockError::InvalidDuration {
-                key: keys[0].clone(),
-                what: "fair wait",
-                value: Duration::ZERO,
-                reason: "a fair obtain that waits needs a deadline on its retry strategy \
-                         (`RetryStrategy::deadline`): its place in the queue lapses then"
-                    .into(),
-            }),
-        }
-    }
-}
-
-impl Locker {
-    /// Refuses an obtain with [`ObtainOptions::replicas`] that the backend
-    /// could not honour, before anything is sent.
-    /// Refuses a share (permits, a read, the write) that cannot be kept as
-    /// asked.
-    fn check_share(
-        &self,
-        keys: &[String],
-        share: Share,
-        opts: &ObtainOptions,
-    ) -> Result<(), LockError> {
-        let what = match share {
-            Share::Permits(_) => "permits",
-            _ => "read-write locks",
-        };
-        let refuse = |reason: String| -> LockError {
-            BackendError::new(
-                BackendErrorKind::Unsupported,
-                format!("obtain `{}`", keys.join("`, `")),
-                reason,
-            )
-            .into()
-        };
-        if share == Share::Permits(0) {
-            return Err(LockError::InvalidKey {
-                key: keys[0].clone(),
-                reason: "`permits` must be at least 1: a semaphore of 0 permits can never be \
-                         obtained"
-                    .into(),
-            });
-        }
-        if keys.len() > 1 {
-            return Err(LockError::InvalidKey {
-                key: keys.join(","),
-                reason: format!(
-                    "{what} are kept per key: obtain one key with them, or several keys as a \
-                     plain lock"
-                ),
-            });
-        }
-        if !self.backend().keeps_shares() {
-            return Err(refuse(format!(
-                "this backend keeps no {what} (Redlock would need a majority to agree on who \
-                 holds which share; etcd is not supported yet); use one Redis server, a \
-                 cluster, Sentinel or the in-memory backend, or a plain lock"
-            )));
-        }
-        if opts.fair && !matches!(share, Share::Permits(_)) {
-            return Err(refuse(
-                "`fair` cannot be combined with read-write locks: readers and writers are woken \
-                 by releases but not queued (a waiting writer holds back later readers); obtain \
-                 without `fair`"
-                    .into(),
-            ));
-        }
-        if opts.replicas > 0 {
-            return Err(refuse(format!(
-                "`replicas` cannot be combined with {what}; obtain without `replicas`"
-            )));
-        }
-        Ok(())
-    }
-
-    fn check_replicas(
-        &self,
-        keys: &[String],
-        ttl: Duration,
-        opts: &ObtainOptions,
-    ) -> Result<(), LockError> {
-        let refuse = |reason: &str| -> LockError {
-            BackendError::new(
-                BackendErrorKind::Unsupported,
-                format!("obtain `{}`", keys.join("`, `")),
-                reason,
-            )
-            .into()
-        };
-        if !self.backend().acknowledges_replicas() {
-            return Err(refuse(
-                "this backend cannot wait for replicas to acknowledge a lock (Redlock's masters \
-                 have no replicas to wait for: its safety is the majority; the in-memory \
-                 backend has nothing to replicate); obtain without `replicas`",
-            ));
-        }
-        if opts.fair {
-            // A fair waiter is handed the key by the release before it,
-            // whose write is not waited for.
-            return Err(refuse(
-                "`replicas` cannot be combined with `fair`: a fair waiter is handed the key by \
-                 a release, not by its own acquire, so nothing waits for the replicas; use one \
-                 or the other",
-            ));
-        }
-        check_duration(
-            &keys[0],
-            "replica wait (`ObtainOptions::replica_timeout`)",
-            opts.replica_bound(ttl),
-        )
     }
 }
