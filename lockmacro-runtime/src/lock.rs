@@ -26,7 +26,7 @@ use crate::watchdog::Watchdog;
 /// assert_eq!(lock.key(), "report");
 /// assert!(lock.fence_token().is_some());
 /// lock.refresh(Duration::from_secs(10)).await?;
-/// assert!(lock.ttl().await? <= Duration::from_secs(10));
+/// assert!(lock.remaining().await? <= Duration::from_secs(10));
 /// lock.release().await?;
 /// # Ok(()) }
 /// ```
@@ -71,12 +71,21 @@ impl Lock {
         self.lease.timing().deadline
     }
 
-    /// The remaining lease as the backend sees it.
+    /// How long the lease has left, as the backend sees it (one round trip).
+    /// The [deadline](Self::deadline) is this process's own, more cautious,
+    /// view of the same.
     ///
     /// Returns [`LockError::NotHeld`] when the lock has expired or is held by
     /// someone else.
-    pub async fn ttl(&self) -> Result<Duration, LockError> {
+    pub async fn remaining(&self) -> Result<Duration, LockError> {
         self.lease.remaining().await
+    }
+
+    /// The remaining lease, under its first name: the same as
+    /// [`remaining`](Self::remaining). It is not the ttl the lock was
+    /// obtained or last refreshed with.
+    pub async fn ttl(&self) -> Result<Duration, LockError> {
+        self.remaining().await
     }
 
     /// Extends the lease to `ttl` from now (never past the `max_hold` limit,
