@@ -60,25 +60,22 @@ impl Request {
         // A uuid v4 from the thread's generator (ChaCha, seeded by the OS),
         // rather than `Uuid::new_v4`, which asks the OS for every one: a
         // system call per obtain.
-        let mut token = [0u8; TOKEN_LEN];
-        uuid::Builder::from_random_bytes(rand::random())
+        let uuid = uuid::Builder::from_random_bytes(rand::random())
             .into_uuid()
-            .simple()
-            .encode_lower(&mut token);
-        let drift = backend.drift(ttl);
-        let mut request = Request {
+            .simple();
+        let mut token = [0u8; TOKEN_LEN];
+        uuid.encode_lower(&mut token);
+        Request {
+            value: format!("{uuid}{}", opts.metadata),
+            drift: backend.drift(ttl),
             backend,
             keys,
             wire_keys,
             fence_key,
             token,
-            value: String::new(),
             ttl,
-            drift,
             opts,
-        };
-        request.value = format!("{}{}", request.token(), request.opts.metadata);
-        request
+        }
     }
 
     fn token(&self) -> &str {
@@ -103,7 +100,7 @@ pub(crate) struct Wait<'a> {
     /// While the backend can wake the waiter, wait for a wake-up rather
     /// than the backoff.
     wakeups_only: bool,
-    /// The fair queue, for a fair obtain (`check_fair` made sure there is one).
+    /// The fair queue, for a fair obtain (the checks made sure there is one).
     queue: Option<&'a dyn FairQueue>,
     /// Attempts as the retry strategy counts them: the one sent only to catch
     /// a release made before listening is left out.
@@ -113,8 +110,10 @@ pub(crate) struct Wait<'a> {
     sent_attempts: u32,
     /// Listens for the release of the key last found busy (its index), so
     /// that a wait ends when the holder releases rather than at the end of
-    /// the backoff. Dropped before the claim, as it was made after it.
+    /// the backoff. Declared before the claim, so that a waiter stops
+    /// listening before it gives back what it claimed.
     listening: Option<(usize, ReleaseListener)>,
+    /// How often the listener was made again after its connection closed.
     relistened: u32,
     /// Gives back whatever this call may own on the server, however it ends
     /// without a lease (gave up, failed, or its future was dropped).
