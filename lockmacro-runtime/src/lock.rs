@@ -77,6 +77,18 @@ impl Lock {
     ///
     /// Returns [`LockError::NotHeld`] when the lock has expired or is held by
     /// someone else.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let lock = locker.obtain("report", Duration::from_secs(10), ObtainOptions::new()).await?;
+    /// let left = lock.remaining().await?;
+    /// assert!(left > Duration::from_secs(5) && left <= Duration::from_secs(10));
+    /// # Ok(()) }
+    /// ```
     pub async fn remaining(&self) -> Result<Duration, LockError> {
         self.lease.remaining().await
     }

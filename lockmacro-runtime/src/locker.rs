@@ -318,6 +318,8 @@ impl Locker {
         self.obtain_sorted(keys, ttl, opts).instrument(span).await
     }
 
+    /// Refuses, before anything is sent, what the keys and options cannot
+    /// be; then waits for the keys, in the span `obtain_many` opened.
     async fn obtain_sorted(
         &self,
         keys: Vec<String>,

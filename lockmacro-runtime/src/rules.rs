@@ -122,7 +122,7 @@ const RULES: [Rule; 8] = [
     },
 ];
 
-/// Refuses an obtain of `keys` (sorted, namespaced or not) with `opts` that
+/// Refuses an obtain of `keys` (as the caller named them) with `opts` that
 /// cannot be served as asked: first a combination no backend takes, then
 /// what `backend` cannot do, then a bound out of range.
 pub(crate) fn check(
