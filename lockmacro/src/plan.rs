@@ -379,4 +379,34 @@ mod tests {
             "`replicas` cannot be combined with `fair = true`: a fair waiter is handed the key by a release, which nothing waits for the replicas to receive; remove one of them"
         );
     }
+
+    #[test]
+    fn combinations_are_reported_after_the_values_in_the_order_of_the_rules() {
+        assert_eq!(
+            errors(quote!(
+                key = "k",
+                ttl = "30s",
+                wait = "5s",
+                fair,
+                replicas = 1,
+                mode = "write",
+                guard = "lock",
+            )),
+            [
+                "`guard` names the variable the guard is bound to: write `guard = lock`, without quotes",
+                "`replicas` cannot be combined with `fair = true`: a fair waiter is handed the key by a release, which nothing waits for the replicas to receive; remove one of them",
+                "`mode` cannot be combined with `fair = true`: readers and writers are woken by releases but not queued; remove `fair`",
+                "`mode` cannot be combined with `replicas`: remove one of them",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_argument_whose_value_is_invalid_asks_for_nothing() {
+        assert_eq!(
+            error(quote!(key = "k", ttl = "30s", fair = "yes", replicas = 1)),
+            "`fair` is `true` or `false`: write `fair = true`"
+        );
+        assert!(plan(quote!(key = "k", ttl = "30s", fair = false, replicas = 1)).is_ok());
+    }
 }
