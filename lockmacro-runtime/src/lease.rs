@@ -5,9 +5,8 @@
 //! It knows nothing of who holds it: the handle, the watchdog and the wait
 //! that takes it all import this file, and it imports none of them.
 
-use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
