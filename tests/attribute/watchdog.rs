@@ -20,13 +20,16 @@ pub async fn body_longer_than_the_ttl_keeps_the_lock(fixture: &Fixture) {
     let locker = fixture.locker().await;
     let contender = fixture.locker().await;
 
-    #[distributed_lock(key = "report", ttl = "300ms", locker = locker, guard = lease)]
+    // The watchdog refreshes about every third of the ttl: a ttl of 2 s
+    // leaves it over a second to get a turn on a loaded machine (with
+    // 300 ms, leases were lost while two builds ran beside the suite).
+    #[distributed_lock(key = "report", ttl = "2s", locker = locker, guard = lease)]
     async fn report(locker: &Locker, contender: &Locker) -> Result<u32, LockError> {
         let _ = locker;
         let mut refused = 0;
-        // Five ttls long; the lease must hold all along.
+        // Three ttls long; the lease must hold all along.
         for _ in 0..15 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(400)).await;
             let attempt = contender
                 .obtain("report", Duration::from_secs(5), ObtainOptions::new())
                 .await;

@@ -460,9 +460,10 @@ pub async fn dropped_lock_is_released_in_the_background(fx: &Fixture) {
 
 pub async fn keep_alive_outlives_the_ttl_and_release_stops_it(fx: &Fixture) {
     let (a, b) = (fx.locker().await, fx.locker().await);
-    // The watchdog refreshes about every third of the ttl; a ttl of a second
-    // leaves it two thirds of a second to get a turn on a loaded machine.
-    let ttl = Duration::from_secs(1);
+    // The watchdog refreshes about every third of the ttl; a ttl of 2 s
+    // leaves it over a second to get a turn on a loaded machine (with 1 s,
+    // an etcd lease was lost once while two builds ran beside the suite).
+    let ttl = Duration::from_secs(2);
     let guard = fx
         .check(a.obtain("job", ttl, once()).await, "obtain")
         .keep_alive();
