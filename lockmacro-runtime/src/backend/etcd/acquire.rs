@@ -192,23 +192,32 @@ impl EtcdBackend {
                 fence: req.fence_key.map(|_| fence(revision(&response))),
             });
         }
-        self.unpend_lease(req.token(), lease);
-        self.forget_lease(lease, &what).await;
         let mut found = gets(&response);
         let heads = found.split_off(req.keys.len());
-        // A retry of an attempt whose reply was lost: the keys hold our value.
+        // The keys hold our value: this transaction was sent again after one
+        // that went through (its reply lost, or `call` moved to another
+        // member), so they are on this attempt's lease, which must not be
+        // revoked. On another lease, they are what an earlier attempt of
+        // this obtain left when its give-back failed: that lease was granted
+        // before this attempt was sent and cannot be trusted for its ttl, so
+        // it goes, and the next attempt takes the keys afresh.
         if found.iter().all(|kv| {
             kv.as_ref()
                 .is_some_and(|kv| kv.value() == req.value.as_bytes())
         }) && let Some(mut held) = Self::common_lease(&found, req.token())
         {
-            held.secs = secs;
-            let fence = req
-                .fence_key
-                .map(|_| self::fence(found[0].as_ref().map_or(0, KeyValue::create_revision)));
-            self.held().insert(req.token().to_owned(), held);
-            return Ok(Acquired::Obtained { fence });
+            if held.lease == lease {
+                held.secs = secs;
+                let fence = req
+                    .fence_key
+                    .map(|_| self::fence(found[0].as_ref().map_or(0, KeyValue::create_revision)));
+                self.held().insert(req.token().to_owned(), held);
+                return Ok(Acquired::Obtained { fence });
+            }
+            self.forget_lease(held.lease, &what).await;
         }
+        self.unpend_lease(req.token(), lease);
+        self.forget_lease(lease, &what).await;
         self.busy(&found, &heads, req.value, &what).await
     }
 
