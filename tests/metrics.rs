@@ -4,15 +4,13 @@
 //!
 //! One test in its own binary: the recorder is process-wide.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use lockmacro_runtime::{Locker, ObtainOptions, RedisBackend, RedisConfig};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 /// What the recorder was given for one backend and namespace, summed over
 /// snapshots (each snapshot hands over what came since the last one):

@@ -2,11 +2,6 @@
 //! annotated function returns, whether its body ran, and what is left in the
 //! store afterwards.
 
-#[path = "../support/mod.rs"]
-mod support;
-
-#[path = "../support/fixture.rs"]
-mod fixture;
 mod outcomes;
 mod permits;
 mod watchdog;
@@ -42,31 +37,31 @@ macro_rules! attribute_suite {
         on_own_servers: [$($own:tt)*] $(,)?
     ) => {
         mod on_redis {
-            cases_on!(crate::fixture::Fixture::redis().await; $($any)* $($servers)* $($own)*);
+            cases_on!(lockmacro_testkit::Fixture::redis().await; $($any)* $($servers)* $($own)*);
         }
 
         mod on_cluster {
-            cases_on!(crate::fixture::Fixture::cluster().await; $($any)* $($servers)*);
-            cases_on!(crate::fixture::Fixture::own_cluster().await; $($own)*);
+            cases_on!(lockmacro_testkit::Fixture::cluster().await; $($any)* $($servers)*);
+            cases_on!(lockmacro_testkit::Fixture::own_cluster().await; $($own)*);
         }
 
         mod on_redlock {
-            cases_on!(crate::fixture::Fixture::redlock().await; $($any)* $($servers)* $($own)*);
+            cases_on!(lockmacro_testkit::Fixture::redlock().await; $($any)* $($servers)* $($own)*);
         }
 
         mod on_memory {
-            cases_on!(crate::fixture::Fixture::memory(); $($any)*);
+            cases_on!(lockmacro_testkit::Fixture::memory(); $($any)*);
         }
 
         mod on_sentinel {
-            cases_on!(crate::fixture::Fixture::sentinel().await; $($any)* $($servers)*);
-            cases_on!(crate::fixture::Fixture::own_sentinel().await; $($own)*);
+            cases_on!(lockmacro_testkit::Fixture::sentinel().await; $($any)* $($servers)*);
+            cases_on!(lockmacro_testkit::Fixture::own_sentinel().await; $($own)*);
         }
 
         #[cfg(feature = "etcd")]
         mod on_etcd {
-            cases_on!(crate::fixture::Fixture::etcd().await; $($any)* $($servers)*);
-            cases_on!(crate::fixture::Fixture::own_etcd().await; $($own)*);
+            cases_on!(lockmacro_testkit::Fixture::etcd().await; $($any)* $($servers)*);
+            cases_on!(lockmacro_testkit::Fixture::own_etcd().await; $($own)*);
         }
     };
 }
@@ -104,15 +99,15 @@ attribute_suite!(
 macro_rules! permit_suite {
     ($($case:ident),* $(,)?) => {
         mod permits_on_redis {
-            cases_on!(crate::fixture::Fixture::redis().await; $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
+            cases_on!(lockmacro_testkit::Fixture::redis().await; $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
         }
 
         mod permits_on_cluster {
-            cases_on!(crate::fixture::Fixture::cluster().await; $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
+            cases_on!(lockmacro_testkit::Fixture::cluster().await; $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
         }
 
         mod permits_on_memory {
-            cases_on!(crate::fixture::Fixture::memory(); $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
+            cases_on!(lockmacro_testkit::Fixture::memory(); $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
         }
     };
 }

@@ -9,10 +9,10 @@ use std::time::Duration;
 use lockmacro_runtime::{
     BackendErrorKind, ClusterBackend, LockError, Locker, ObtainOptions, RedisConfig,
 };
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
 use crate::witness;
 
 const LONG: Duration = Duration::from_secs(30);

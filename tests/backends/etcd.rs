@@ -11,7 +11,7 @@ use lockmacro_runtime::{
 };
 use tokio::time::Instant;
 
-use crate::support::etcd::EtcdCluster;
+use lockmacro_testkit::etcd::EtcdCluster;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -194,7 +194,7 @@ async fn waiter_is_woken_by_the_release_through_a_watch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_members_are_skipped_and_named_when_none_answers() {
     let cluster = start().await;
-    let dead: Vec<String> = crate::support::redis::free_ports(2)
+    let dead: Vec<String> = lockmacro_testkit::redis::free_ports(2)
         .into_iter()
         .map(|port| format!("http://127.0.0.1:{port}"))
         .collect();

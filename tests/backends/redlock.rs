@@ -7,10 +7,10 @@ use std::time::Duration;
 use lockmacro_runtime::{
     BackendErrorKind, LockError, Locker, ObtainOptions, RedisConfig, RedlockBackend, RetryStrategy,
 };
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::proxy::Proxy;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::proxy::Proxy;
 use crate::witness;
 
 const LONG: Duration = Duration::from_secs(30);

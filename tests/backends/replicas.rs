@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);
 /// Long enough for a replica on a loaded machine; shorter than the response

@@ -16,7 +16,7 @@ use std::time::Duration;
 use lockmacro_runtime::{FencedStore, Locker, RedisBackend, RedisConfig};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 const ROLE: &str = "scheduler";
 const TTL: Duration = Duration::from_secs(1);

@@ -18,8 +18,8 @@ use lockmacro_runtime::{
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-use crate::support::RedisServer;
-use crate::support::proxy::Proxy;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::proxy::Proxy;
 
 /// A locker on `url` that waits `response_timeout` for each reply.
 async fn locker_with(server: &RedisServer, url: &str, response_timeout: Duration) -> Locker {

@@ -8,9 +8,6 @@
 //! that none overlap, that no update is lost and that no stale fenced write is
 //! accepted.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod chaos;
 mod dead_waiter;
 mod election;

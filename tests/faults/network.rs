@@ -12,8 +12,8 @@ use lockmacro_runtime::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::proxy::Proxy;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::proxy::Proxy;
 
 const TTL: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);

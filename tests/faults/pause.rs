@@ -11,7 +11,7 @@ use lockmacro_runtime::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 const TTL: Duration = Duration::from_secs(1);
 

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockmacro_runtime::{HoldOptions, LockGuard, Locker, ObtainOptions, RetryStrategy};
+use lockmacro_testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::process::rerun_as_child;
-use crate::support::RedisServer;
 
 /// Set, to the server's URL, for the child processes that hold permits.
 const HOLDER_ENV: &str = "LOCKMACRO_FAULTS_PERMIT_HOLDER";

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 /// Set, to the server's URL, for the child process that holds the lock.
 const HOLDER_ENV: &str = "LOCKMACRO_FAULTS_HOLDER";

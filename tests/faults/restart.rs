@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockmacro_runtime::{FencedStore, LockError, Locker, MemoryBackend, ObtainOptions};
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 const TTL: Duration = Duration::from_secs(3);
 const REFRESH: Duration = Duration::from_secs(2);

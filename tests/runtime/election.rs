@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lockmacro_runtime::{Leadership, LockError, Locker, MemoryBackend};
+use lockmacro_testkit::Fixture;
+use lockmacro_testkit::RedisServer;
 
-use crate::fixture::Fixture;
-use crate::support::RedisServer;
 use crate::wakeup::{calls, commands, listeners};
 
 const ROLE: &str = "scheduler";
@@ -197,44 +197,44 @@ macro_rules! on_backends {
 }
 
 on_backends! {
-    on_redis: crate::fixture::Fixture::redis().await => [
+    on_redis: lockmacro_testkit::Fixture::redis().await => [
         terms_increase_across_resignations_and_drops,
         run_campaigns_again_after_losing_the_role,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ];
-    on_cluster: crate::fixture::Fixture::cluster().await => [
+    on_cluster: lockmacro_testkit::Fixture::cluster().await => [
         terms_increase_across_resignations_and_drops,
         run_campaigns_again_after_losing_the_role,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ];
-    on_redlock: crate::fixture::Fixture::redlock().await => [
+    on_redlock: lockmacro_testkit::Fixture::redlock().await => [
         terms_increase_across_resignations_and_drops,
         run_campaigns_again_after_losing_the_role,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ];
-    on_memory: crate::fixture::Fixture::memory() => [
+    on_memory: lockmacro_testkit::Fixture::memory() => [
         terms_increase_across_resignations_and_drops,
         run_campaigns_again_after_losing_the_role,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ];
     #[cfg(feature = "etcd")]
-    on_etcd: crate::fixture::Fixture::etcd().await => [
+    on_etcd: lockmacro_testkit::Fixture::etcd().await => [
         terms_increase_across_resignations_and_drops,
         run_campaigns_again_after_losing_the_role,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ];
-    on_a_backend_written_outside_the_crate: crate::fixture::Fixture::outside() => [
+    on_a_backend_written_outside_the_crate: lockmacro_testkit::Fixture::outside() => [
         terms_increase_across_resignations_and_drops,
         run_campaigns_again_after_losing_the_role,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ];
-    on_sentinel: crate::fixture::Fixture::sentinel().await => [
+    on_sentinel: lockmacro_testkit::Fixture::sentinel().await => [
         terms_increase_across_resignations_and_drops,
         run_campaigns_again_after_losing_the_role,
         cancelled_campaigns_leave_nothing_behind,

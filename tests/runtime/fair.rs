@@ -12,8 +12,8 @@ use lockmacro_runtime::{
     Lock, LockError, Locker, MemoryBackend, ObtainOptions, RetryStrategy, distributed_lock,
 };
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);
@@ -31,7 +31,7 @@ enum Queue<'a> {
     Redis(&'a RedisServer),
     Memory,
     #[cfg(feature = "etcd")]
-    Etcd(&'a crate::support::etcd::EtcdCluster),
+    Etcd(&'a lockmacro_testkit::etcd::EtcdCluster),
 }
 
 impl Queue<'_> {
@@ -651,7 +651,7 @@ async fn redis_attribute_waiters_send_nothing_between_wake_ups() {
 #[cfg(feature = "etcd")]
 mod on_etcd {
     use super::*;
-    use crate::support::etcd::EtcdCluster;
+    use lockmacro_testkit::etcd::EtcdCluster;
 
     async fn etcd_lockers(cluster: &EtcdCluster, n: usize) -> Vec<Locker> {
         let mut lockers = Vec::new();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, RetryStrategy};
 
-use crate::fixture::Fixture;
+use lockmacro_testkit::Fixture;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -237,7 +237,7 @@ async fn memory_fence_counter_expires_after_its_last_use() {
 async fn redis_fence_expiry_is_configurable_and_tokens_still_increase() {
     use lockmacro_runtime::{RedisBackend, RedisConfig};
 
-    let server = crate::support::RedisServer::start();
+    let server = lockmacro_testkit::RedisServer::start();
     let config = RedisConfig::default().fence_expiry(Duration::from_millis(300));
     let backend = server.expect_ok(
         RedisBackend::connect_with(&server.url(), config).await,
@@ -275,7 +275,7 @@ async fn redis_fence_expiry_is_configurable_and_tokens_still_increase() {
 /// does not fail after its `DEL`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_release_with_a_foreign_value_at_the_queue_name_succeeds() {
-    let server = crate::support::RedisServer::start();
+    let server = lockmacro_testkit::RedisServer::start();
     let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
     let () = server.cmd(&["SET", "{job}:queue", "not a queue"]);
     let lock = server.expect_ok(locker.obtain("job", LONG, once()).await, "obtain");

@@ -1,14 +1,9 @@
 //! The runtime's behaviour suite: the same test bodies (`cases`), run against
 //! every backend, plus what only a real Redis can show (`redis`).
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod cases;
 mod election;
 mod fair;
-#[path = "../support/fixture.rs"]
-mod fixture;
 mod leftovers;
 mod logs;
 mod own_connection;
@@ -51,32 +46,32 @@ macro_rules! behaviour_suite {
         several_slots_not_on_etcd: [$($multi_counting:ident),* $(,)?] $(,)?
     ) => {
         mod on_redis {
-            cases_on!(crate::fixture::Fixture::redis().await; $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
+            cases_on!(lockmacro_testkit::Fixture::redis().await; $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
         }
 
         mod on_cluster {
-            cases_on!(crate::fixture::Fixture::cluster().await; $($case,)* $($subsecond,)*);
+            cases_on!(lockmacro_testkit::Fixture::cluster().await; $($case,)* $($subsecond,)*);
         }
 
         mod on_redlock {
-            cases_on!(crate::fixture::Fixture::redlock().await; $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
+            cases_on!(lockmacro_testkit::Fixture::redlock().await; $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
         }
 
         mod on_memory {
-            cases_on!(crate::fixture::Fixture::memory(); $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
+            cases_on!(lockmacro_testkit::Fixture::memory(); $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
         }
 
         #[cfg(feature = "etcd")]
         mod on_etcd {
-            cases_on!(crate::fixture::Fixture::etcd().await; $($case,)* $($multi,)*);
+            cases_on!(lockmacro_testkit::Fixture::etcd().await; $($case,)* $($multi,)*);
         }
 
         mod on_a_backend_written_outside_the_crate {
-            cases_on!(crate::fixture::Fixture::outside(); $($case,)* $($multi,)*);
+            cases_on!(lockmacro_testkit::Fixture::outside(); $($case,)* $($multi,)*);
         }
 
         mod on_sentinel {
-            cases_on!(crate::fixture::Fixture::sentinel().await; $($case,)* $($multi,)*);
+            cases_on!(lockmacro_testkit::Fixture::sentinel().await; $($case,)* $($multi,)*);
         }
     };
 }
@@ -136,32 +131,32 @@ macro_rules! shared_cases_on {
 macro_rules! shared_suite {
     ($module:ident, kept: [$($case:ident),* $(,)?], refused: [$($refused:ident),* $(,)?] $(,)?) => {
         mod on_redis {
-            shared_cases_on!($module; crate::fixture::Fixture::redis().await; $($case,)*);
+            shared_cases_on!($module; lockmacro_testkit::Fixture::redis().await; $($case,)*);
         }
 
         mod on_cluster {
-            shared_cases_on!($module; crate::fixture::Fixture::cluster().await; $($case,)*);
+            shared_cases_on!($module; lockmacro_testkit::Fixture::cluster().await; $($case,)*);
         }
 
         mod on_sentinel {
-            shared_cases_on!($module; crate::fixture::Fixture::sentinel().await; $($case,)*);
+            shared_cases_on!($module; lockmacro_testkit::Fixture::sentinel().await; $($case,)*);
         }
 
         mod on_memory {
-            shared_cases_on!($module; crate::fixture::Fixture::memory(); $($case,)*);
+            shared_cases_on!($module; lockmacro_testkit::Fixture::memory(); $($case,)*);
         }
 
         mod on_redlock {
-            shared_cases_on!($module; crate::fixture::Fixture::redlock().await; $($refused,)*);
+            shared_cases_on!($module; lockmacro_testkit::Fixture::redlock().await; $($refused,)*);
         }
 
         #[cfg(feature = "etcd")]
         mod on_etcd {
-            shared_cases_on!($module; crate::fixture::Fixture::etcd().await; $($refused,)*);
+            shared_cases_on!($module; lockmacro_testkit::Fixture::etcd().await; $($refused,)*);
         }
 
         mod on_a_backend_written_outside_the_crate {
-            shared_cases_on!($module; crate::fixture::Fixture::outside(); $($refused,)*);
+            shared_cases_on!($module; lockmacro_testkit::Fixture::outside(); $($refused,)*);
         }
     };
 }
@@ -184,7 +179,7 @@ mod permits_on {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_waiter_for_a_permit_sends_nothing_and_is_woken() {
-        let server = crate::support::RedisServer::start();
+        let server = lockmacro_testkit::RedisServer::start();
         crate::permits::redis_waiter_for_a_permit_sends_nothing_and_is_woken(&server).await;
     }
 }

@@ -10,7 +10,7 @@ use lockmacro_runtime::{
 use redis::Commands;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(30);
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use lockmacro_runtime::{Lock, Locker, MemoryBackend, ObtainOptions, RetryStrategy};
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);

@@ -13,8 +13,8 @@ use lockmacro_runtime::{
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 /// Leases kept alive together by one locker.
 const LEASES: usize = 2000;

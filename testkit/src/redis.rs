@@ -539,7 +539,7 @@ fn spawn_error(error: &io::Error) -> String {
 }
 
 /// Ports that were free a moment ago; distinct, since all are bound at once.
-pub(crate) fn free_ports(n: usize) -> Vec<u16> {
+pub fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("cannot bind 127.0.0.1:0"))
         .collect();
