@@ -313,7 +313,7 @@ impl Fixture {
     }
 
     /// The server that holds the keys, on backends with one such server.
-    fn master(&self) -> Option<&RedisServer> {
+    pub fn master(&self) -> Option<&RedisServer> {
         match &self.backend {
             Under::Redis(server) => Some(server),
             Under::Sentinel(deployment) => Some(deployment.server(deployment.master())),
