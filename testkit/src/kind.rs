@@ -3,9 +3,10 @@
 //!
 //! The table of capabilities is written twice: as [`Kind::has`], which tests
 //! ask at run time, and as the rules of `__if_capable!`, which
-//! [`for_each_backend!`] asks when it expands. Every generated test asserts,
-//! at compile time, that its backend has what the scenario needs, and the
-//! unit test at the end checks every pair the other way round.
+//! [`for_each_backend!`](crate::for_each_backend) asks when it expands. Every
+//! generated group of tests asserts, at compile time, that its backend has
+//! what the scenario needs (and lacks what it must lack), and the unit test
+//! at the end checks every pair against the other copy.
 
 /// A backend under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,36 +98,76 @@ impl Kind {
     }
 }
 
-/// Expands the items in braces when backend `$kind` has every capability in
-/// the list, and to nothing otherwise: the compile-time copy of
-/// [`Kind::has`].
+/// Expands to the first brace group when backend `$kind` has every
+/// capability in the list, and to the second otherwise: the compile-time
+/// copy of [`Kind::has`].
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __if_capable {
-    ($kind:ident, [] { $($items:tt)* }) => { $($items)* };
-    (Redis, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $items:tt) => {
-        $crate::__if_capable!(Redis, [$($rest),*] $items);
+    ($kind:ident, [] { $($then:tt)* } $else:tt) => { $($then)* };
+    (Redis, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Redis, [$($rest),*] $then $else);
     };
-    (Cluster, [$(FairQueue)? $(Shares)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $items:tt) => {
-        $crate::__if_capable!(Cluster, [$($rest),*] $items);
+    (Cluster, [$(FairQueue)? $(Shares)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Cluster, [$($rest),*] $then $else);
     };
-    (Redlock, [$(SeveralSlots)? $(ShortLeases)? $(Servers)? $(, $rest:ident)*] $items:tt) => {
-        $crate::__if_capable!(Redlock, [$($rest),*] $items);
+    (Redlock, [$(SeveralSlots)? $(ShortLeases)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Redlock, [$($rest),*] $then $else);
     };
-    (Sentinel, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $items:tt) => {
-        $crate::__if_capable!(Sentinel, [$($rest),*] $items);
+    (Sentinel, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Sentinel, [$($rest),*] $then $else);
     };
-    (Memory, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $items:tt) => {
-        $crate::__if_capable!(Memory, [$($rest),*] $items);
+    (Memory, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Memory, [$($rest),*] $then $else);
     };
-    (Outside, [$(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $items:tt) => {
-        $crate::__if_capable!(Outside, [$($rest),*] $items);
+    (Outside, [$(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Outside, [$($rest),*] $then $else);
     };
-    (Etcd, [$(FairQueue)? $(SeveralSlots)? $(Servers)? $(, $rest:ident)*] $items:tt) => {
-        $crate::__if_capable!(Etcd, [$($rest),*] $items);
+    (Etcd, [$(FairQueue)? $(SeveralSlots)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Etcd, [$($rest),*] $then $else);
     };
     // A capability the backend lacks.
-    ($kind:ident, [$($caps:ident),*] $items:tt) => {};
+    ($kind:ident, [$($caps:ident),*] $then:tt { $($else:tt)* }) => { $($else)* };
+}
+
+/// Expands the items in braces when backend `$kind` lacks every capability
+/// in the list.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_lacking {
+    ($kind:ident, [] { $($items:tt)* }) => { $($items)* };
+    ($kind:ident, [$cap:ident $(, $rest:ident)*] $items:tt) => {
+        $crate::__if_capable!($kind, [$cap] {} {
+            $crate::__if_lacking!($kind, [$($rest),*] $items);
+        });
+    };
+}
+
+/// Expands the items in braces when `$kind` is one of the listed backends,
+/// or when the list is empty.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_listed {
+    ($kind:ident, [] { $($items:tt)* }) => { $($items)* };
+    ($kind:ident, [$($only:ident),+] $items:tt) => {
+        $crate::__if_among!($kind, [$($only),+] $items);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_among {
+    ($kind:ident, [] $items:tt) => {};
+    (Redis, [Redis $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    (Cluster, [Cluster $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    (Redlock, [Redlock $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    (Sentinel, [Sentinel $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    (Memory, [Memory $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    (Outside, [Outside $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    (Etcd, [Etcd $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    ($kind:ident, [$other:ident $(, $rest:ident)*] $items:tt) => {
+        $crate::__if_among!($kind, [$($rest),*] $items);
+    };
 }
 
 /// One test per scenario on every backend that has the capabilities it
@@ -149,80 +190,92 @@ macro_rules! __if_capable {
 /// }
 /// ```
 ///
-/// `only: [Redis, Cluster]` in place of `needs` (or after it) narrows the
-/// backends further, for a scenario that looks at what only some of them
-/// store. The etcd module is compiled with the calling crate's `etcd` feature.
+/// Several groups of cases, each with its own needs, share the backends'
+/// modules:
+///
+/// ```ignore
+/// lockmacro_testkit::for_each_backend! {
+///     runtime: (flavor = "multi_thread", worker_threads = 2),
+///     cases: [crate::cases],
+///     { needs: [], servers: shared } => [obtain_then_busy_then_release],
+///     { needs: [SeveralSlots, ShortLeases], servers: shared } => [explicit_fence_key_is_used],
+///     // Where the backend lacks a capability: the refusal.
+///     { needs: [], lacks: [Shares], servers: shared } => [permits_are_refused],
+/// }
+/// ```
+///
+/// `only: [Redis, Cluster]` after `needs` (and `lacks`) narrows the backends
+/// further, for a scenario that looks at what only some of them store. The
+/// etcd module is compiled with the calling crate's `etcd` feature.
 #[macro_export]
 macro_rules! for_each_backend {
     (
         needs: [$($cap:ident),* $(,)?],
+        $(lacks: [$($lack:ident),* $(,)?],)?
         $(only: [$($only:ident),* $(,)?],)?
         servers: $servers:ident,
         runtime: $runtime:tt,
         cases: $($module:ident)::+ :: [$($cases:tt)*] $(,)?
     ) => {
-        $crate::__on_backend!(Redis, on_redis, [$($cap),*], [$($($only),*)?], $servers, $runtime, [$($module)::+], [$($cases)*]);
-        $crate::__on_backend!(Cluster, on_cluster, [$($cap),*], [$($($only),*)?], $servers, $runtime, [$($module)::+], [$($cases)*]);
-        $crate::__on_backend!(Redlock, on_redlock, [$($cap),*], [$($($only),*)?], $servers, $runtime, [$($module)::+], [$($cases)*]);
-        $crate::__on_backend!(Sentinel, on_sentinel, [$($cap),*], [$($($only),*)?], $servers, $runtime, [$($module)::+], [$($cases)*]);
-        $crate::__on_backend!(Memory, on_memory, [$($cap),*], [$($($only),*)?], $servers, $runtime, [$($module)::+], [$($cases)*]);
-        $crate::__on_backend!(Outside, on_a_backend_written_outside_the_crate, [$($cap),*], [$($($only),*)?], $servers, $runtime, [$($module)::+], [$($cases)*]);
-        #[cfg(feature = "etcd")]
-        $crate::__on_backend!(Etcd, on_etcd, [$($cap),*], [$($($only),*)?], $servers, $runtime, [$($module)::+], [$($cases)*]);
+        $crate::for_each_backend! {
+            runtime: $runtime,
+            cases: [$($module)::+],
+            {
+                needs: [$($cap),*],
+                lacks: [$($($lack),*)?],
+                only: [$($($only),*)?],
+                servers: $servers
+            } => [$($cases)*],
+        }
     };
     (
-        only: [$($only:ident),* $(,)?],
-        $($rest:tt)*
+        runtime: $runtime:tt,
+        cases: $module:tt,
+        $({
+            needs: [$($cap:ident),* $(,)?]
+            $(, lacks: [$($lack:ident),* $(,)?])?
+            $(, only: [$($only:ident),* $(,)?])?
+            , servers: $servers:ident $(,)?
+        } => $cases:tt),+ $(,)?
     ) => {
-        $crate::for_each_backend!(needs: [], only: [$($only),*], $($rest)*);
+        $crate::__backend_module!(Redis, on_redis, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        $crate::__backend_module!(Cluster, on_cluster, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        $crate::__backend_module!(Redlock, on_redlock, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        $crate::__backend_module!(Sentinel, on_sentinel, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        $crate::__backend_module!(Memory, on_memory, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        $crate::__backend_module!(Outside, on_a_backend_written_outside_the_crate, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        #[cfg(feature = "etcd")]
+        $crate::__backend_module!(Etcd, on_etcd, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
     };
 }
 
-/// One backend's module of [`for_each_backend!`], when `$kind` is in the
-/// `only` list (or there is none) and has the capabilities.
+/// One backend's module of [`for_each_backend!`], with the cases of every
+/// group it qualifies for.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __on_backend {
-    ($kind:ident, $name:ident, $caps:tt, [], $($rest:tt)*) => {
-        $crate::__on_capable_backend!($kind, $name, $caps, $($rest)*);
-    };
-    ($kind:ident, $name:ident, $caps:tt, [$($only:ident),+], $($rest:tt)*) => {
-        $crate::__if_listed!($kind, [$($only),+] {
-            $crate::__on_capable_backend!($kind, $name, $caps, $($rest)*);
-        });
-    };
-}
-
-/// Expands the items in braces when `$kind` is one of the listed backends.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __if_listed {
-    ($kind:ident, [] $items:tt) => {};
-    (Redis, [Redis $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
-    (Cluster, [Cluster $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
-    (Redlock, [Redlock $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
-    (Sentinel, [Sentinel $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
-    (Memory, [Memory $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
-    (Outside, [Outside $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
-    (Etcd, [Etcd $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
-    ($kind:ident, [$other:ident $(, $rest:ident)*] $items:tt) => {
-        $crate::__if_listed!($kind, [$($rest),*] $items);
+macro_rules! __backend_module {
+    ($kind:ident, $name:ident, $runtime:tt, $module:tt, $($needs:tt $lacks:tt $only:tt $servers:ident $cases:tt)+) => {
+        mod $name {
+            $($crate::__group!($kind, $needs, $lacks, $only, $servers, $runtime, $module, $cases);)+
+        }
     };
 }
 
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __on_capable_backend {
-    ($kind:ident, $name:ident, [$($cap:ident),*], $servers:ident, $runtime:tt, [$($module:ident)::+], [$($cases:tt)*]) => {
-        $crate::__if_capable!($kind, [$($cap),*] {
-            mod $name {
-                const _: () = assert!(
-                    $crate::Kind::$kind.has_all(&[$($crate::Capability::$cap),*]),
-                    "the capability table of `__if_capable!` disagrees with `Kind::has`",
-                );
-
-                $crate::__cases!($kind, $servers, $runtime, [$($module)::+], $($cases)*);
-            }
+macro_rules! __group {
+    ($kind:ident, [$($cap:ident),*], [$($lack:ident),*], $only:tt, $servers:ident, $runtime:tt, [$($module:ident)::+], [$($cases:tt)*]) => {
+        $crate::__if_listed!($kind, $only {
+            $crate::__if_capable!($kind, [$($cap),*] {
+                $crate::__if_lacking!($kind, [$($lack),*] {
+                    const _: () = assert!(
+                        $crate::Kind::$kind.has_all(&[$($crate::Capability::$cap),*])
+                            $(&& !$crate::Kind::$kind.has($crate::Capability::$lack))*,
+                        "the capability table of `__if_capable!` disagrees with `Kind::has`",
+                    );
+                    $crate::__cases!($kind, $servers, $runtime, [$($module)::+], $($cases)*);
+                });
+            } {});
         });
     };
 }
@@ -276,7 +329,7 @@ mod tests {
                 let mut listed = false;
                 crate::__if_capable!($kind, [$cap] {
                     listed = true;
-                });
+                } {});
                 assert_eq!(
                     listed,
                     Kind::$kind.has(Capability::$cap),

@@ -14,6 +14,7 @@ use crate::{LONG, once};
 // at the Redis keys; the memory backend shows what a store without servers
 // does.
 lockmacro_testkit::for_each_backend! {
+    needs: [],
     only: [Redis, Cluster, Redlock, Memory],
     servers: own,
     runtime: (flavor = "multi_thread", worker_threads = 2),

@@ -10,6 +10,7 @@ use lockmacro_testkit::Fixture;
 use crate::{LONG, once};
 
 lockmacro_testkit::for_each_backend! {
+    needs: [],
     only: [Redis, Cluster, Redlock, Memory],
     servers: own,
     runtime: (flavor = "multi_thread", worker_threads = 2),
