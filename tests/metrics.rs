@@ -141,7 +141,7 @@ async fn a_scripted_sequence_is_counted() {
     assert_eq!(recorded.get("lockmacro_obtained_total"), 23.0);
 
     // The other namespace's obtain and busy are apart.
-    let unlabelled = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let unlabelled = server.locker().await;
     let lock = server.expect_ok(
         unlabelled.obtain("a", ttl, ObtainOptions::new()).await,
         "obtain",

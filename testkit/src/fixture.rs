@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockmacro_runtime::backend::Backend;
-use lockmacro_runtime::{
-    LockError, Locker, MemoryBackend, ObtainOptions, RedisBackend, SentinelBackend,
-};
+use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, SentinelBackend};
 
 use crate::RedisServer;
 use crate::cluster::RedisCluster;
@@ -288,22 +286,15 @@ impl Fixture {
 
     async fn locker_without_namespace(&self) -> Locker {
         match &self.backend {
-            Under::Redis(server) => {
-                Locker::new(server.expect_ok(RedisBackend::connect(&server.url()).await, "connect"))
-            }
+            Under::Redis(server) => server.locker().await,
             #[cfg(feature = "cluster")]
-            Under::Cluster(cluster) => {
-                self.check(Locker::cluster(cluster.seeds()).await, "connect")
-            }
+            Under::Cluster(cluster) => cluster.locker().await,
             #[cfg(not(feature = "cluster"))]
             Under::Cluster(_) => panic!("the cluster fixture needs the `cluster` feature"),
-            Under::Redlock(masters) => {
-                let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
-                self.check(Locker::redlock(urls).await, "connect")
-            }
+            Under::Redlock(masters) => RedisServer::redlock_locker(masters).await,
             Under::Memory(memory) => Locker::new(memory.clone()),
             #[cfg(feature = "etcd")]
-            Under::Etcd(cluster) => self.check(Locker::etcd(cluster.endpoints()).await, "connect"),
+            Under::Etcd(cluster) => cluster.locker().await,
             Under::Sentinel(deployment) => {
                 let backend =
                     SentinelBackend::connect(MASTER_NAME, deployment.sentinel_urls()).await;

@@ -156,7 +156,7 @@ async fn stopped_leader_does_not_act_in_its_old_term_and_its_stale_write_is_refu
     // resumed, and its watchdog is stopped too.
     signal(&leader.0, libc::SIGSTOP);
     let stopped = tokio::time::Instant::now();
-    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let locker = server.locker().await;
     let store = server.expect_ok(FencedStore::connect(&server.url()).await, "store");
     let election = locker.election(ROLE, TTL).metadata("parent");
     let parent = tokio::time::timeout(BOUND, election.campaign())

@@ -116,7 +116,7 @@ async fn black_hole_while_held_loses_the_lease_on_its_local_deadline() {
     let server = RedisServer::start();
     let proxy = Proxy::in_front_of(&server);
     let holder = through(&proxy, &server).await;
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let contender = server.locker().await;
 
     #[distributed_lock(key = "job", ttl = "1s", locker = locker, on_lost = "abort", guard = lease)]
     async fn job(

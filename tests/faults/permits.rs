@@ -61,7 +61,7 @@ async fn killed_holders_give_their_permits_back_after_their_ttl_never_sooner() {
         holders.push(holder);
     }
 
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let contender = server.locker().await;
     let refused = contender
         .obtain("api", TTL, ObtainOptions::new().permits(PERMITS))
         .await;
@@ -161,7 +161,7 @@ async fn freeze_while_held(
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut running = Vec::new();
     for (options, sections) in workers {
-        let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+        let locker = server.locker().await;
         let stop = stop.clone();
         running.push(tokio::spawn(async move {
             let mut lost = 0;

@@ -249,9 +249,8 @@ pub async fn permits_are_refused_where_the_backend_keeps_none(fx: &Fixture) {
 pub async fn redis_waiter_for_a_permit_sends_nothing_and_is_woken(
     server: &lockmacro_testkit::RedisServer,
 ) {
-    use lockmacro_runtime::Locker;
-    let a = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let b = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let a = server.locker().await;
+    let b = server.locker().await;
     let held = server.expect_ok(a.obtain("api", LONG, permits(1)).await, "obtain");
     let waiter = tokio::spawn(async move { b.obtain("api", LONG, patient(1)).await });
     crate::wakeup::until_listening(server, "api", 1).await;
