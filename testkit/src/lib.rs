@@ -12,6 +12,11 @@
 //! - Faults: [`proxy::Proxy`], a TCP proxy that adds latency, black-holes or
 //!   drops connections.
 //! - TLS: [`tls::TestCa`], a throw-away certificate authority.
+//! - Witnesses that do not trust the lock: [`witness::Witness`] records
+//!   every critical section and checks that none overlapped, that no update
+//!   was lost and that no stale fenced write was accepted;
+//!   [`witness::counter`] counts increments kept in a Redis server of its
+//!   own.
 //! - Backends: [`Fixture`], a backend under test, and [`Kind`], which backend
 //!   it is and what it can do ([`Capability`]); [`for_each_backend!`] turns
 //!   one scenario into one test per backend that has what it needs.
@@ -30,6 +35,7 @@ pub mod redis;
 pub mod sentinel;
 pub mod shared;
 pub mod tls;
+pub mod witness;
 
 pub use self::fixture::Fixture;
 pub use self::kind::{Capability, Kind};

@@ -13,7 +13,7 @@ use lockmacro_testkit::RedisServer;
 use lockmacro_testkit::cluster::RedisCluster;
 use tokio::time::Instant;
 
-use crate::witness;
+use lockmacro_testkit::witness::counter as witness;
 
 const LONG: Duration = Duration::from_secs(30);
 

@@ -10,4 +10,3 @@ mod etcd;
 mod redlock;
 mod replicas;
 mod sentinel;
-mod witness;

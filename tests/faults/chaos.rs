@@ -19,7 +19,7 @@ use lockmacro_testkit::RedisServer;
 use lockmacro_testkit::proxy::Proxy;
 use tokio::time::Instant;
 
-use crate::witness::Witness;
+use lockmacro_testkit::witness::Witness;
 
 const WORKERS: usize = 8;
 const TTL: Duration = Duration::from_secs(1);

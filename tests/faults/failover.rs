@@ -14,7 +14,7 @@ use lockmacro_runtime::{
 use lockmacro_testkit::cluster::RedisCluster;
 use tokio::time::Instant;
 
-use crate::witness::Witness;
+use lockmacro_testkit::witness::Witness;
 
 const WORKERS: usize = 6;
 const TTL: Duration = Duration::from_secs(1);

@@ -1,5 +1,5 @@
-//! Tests of the `redis-server` harness of the test kit (`testkit/`), which
-//! every Redis test relies on.
+//! Tests of the kit's `redis-server` harness, which every Redis test relies
+//! on.
 
 use std::env;
 use std::io::{BufRead, BufReader};
