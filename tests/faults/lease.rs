@@ -199,6 +199,10 @@ async fn acquire_that_times_out_gives_back_what_its_late_request_took() {
 const PAUSED_ENV: &str = "LOCKMACRO_FAULTS_PAUSED_HOLDER";
 /// The list both holders append to, in the order the server receives them.
 const WRITES: &str = "writes";
+/// How long the holder's body waits before each write: far longer than the
+/// parent needs to freeze it after it got inside, so that the freeze lands
+/// while the body waits on this timer, never between its check and a write.
+const BODY_TIMER: Duration = Duration::from_secs(5);
 
 /// Kills the child on drop, so that a failing test leaves no holder behind.
 struct Holder(Child);
@@ -240,16 +244,21 @@ async fn paused_holder_process_neither_writes_nor_returns_ok_after_its_lease() {
     let mut next_line = move || lines.next().and_then(Result::ok);
     let (inside, next_line) = tokio::task::spawn_blocking(move || {
         let inside = std::iter::from_fn(&mut next_line).any(|line| line == "inside");
-        (inside, next_line)
+        (inside.then(tokio::time::Instant::now), next_line)
     })
     .await
     .unwrap();
-    assert!(inside, "the holder exited without getting inside");
+    let inside = inside.expect("the holder exited without getting inside");
 
     // Frozen mid-body, waiting for a timer, with no write in flight: the
     // write due when the timer fires is the first thing it would do once
     // resumed.
     signal(&holder.0, libc::SIGSTOP);
+    let early: Vec<String> = server.cmd(&["LRANGE", WRITES, "0", "-1"]);
+    assert!(
+        early.is_empty(),
+        "the holder wrote before it was frozen ({early:?}): freezing it took longer than {BODY_TIMER:?}"
+    );
     let contender = server.locker().await;
     let lock = server.expect_ok(
         contender
@@ -262,6 +271,9 @@ async fn paused_holder_process_neither_writes_nor_returns_ok_after_its_lease() {
         "obtain once the frozen holder's lease ran out",
     );
     let () = server.cmd(&["RPUSH", WRITES, "second holder"]);
+    // Resumed once its body's timer is due too: the timer and the lease's
+    // deadline then fire together, and the body must not be polled first.
+    tokio::time::sleep_until(inside + BODY_TIMER + Duration::from_millis(100)).await;
     signal(&holder.0, libc::SIGCONT);
 
     let result = tokio::task::spawn_blocking(move || {
@@ -284,7 +296,7 @@ async fn paused_holder_process_neither_writes_nor_returns_ok_after_its_lease() {
     server.expect_ok(lock.release().await, "release");
 }
 
-/// The child process's part: writes every 500 ms while holding the lock,
+/// The child process's part: writes every [`BODY_TIMER`] while holding the lock,
 /// until the parent's pause costs it the lease.
 ///
 /// The writes block: each lands during the poll that runs it, so the list
@@ -298,9 +310,9 @@ async fn hold_and_write(url: &str) {
     async fn job(locker: &Locker, writer: &mut redis::Connection) -> Result<(), LockError> {
         let _ = locker;
         println!("inside");
-        // Bounded, in case the parent is gone: 10 s of writes.
-        for i in 0..20 {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+        // Bounded, in case the parent is gone: 20 s of writes.
+        for i in 0..4 {
+            tokio::time::sleep(BODY_TIMER).await;
             let () = redis::cmd("RPUSH")
                 .arg(WRITES)
                 .arg(format!("first holder {i}"))
