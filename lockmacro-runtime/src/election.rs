@@ -295,7 +295,7 @@ impl Election {
 
     /// The watchdog's period, checked before anything is sent.
     fn period(&self) -> Result<Duration, LockError> {
-        crate::locker::check_duration(&self.role, "ttl", self.ttl)?;
+        crate::lease::check_duration(&self.role, "ttl", self.ttl)?;
         let period = self.refresh.unwrap_or(self.ttl / 3);
         let usable = self
             .ttl

@@ -121,7 +121,7 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn lease(&self) -> &crate::lock::Lease {
+    pub(crate) fn lease(&self) -> &crate::lease::Lease {
         &self.lock().lease
     }
 
@@ -179,10 +179,17 @@ impl LockGuard {
         }
     }
 
-    /// The remaining lease as the backend sees it; [`LockError::NotHeld`]
-    /// when it is no longer ours.
+    /// How long the lease has left, as the backend sees it;
+    /// [`LockError::NotHeld`] when it is no longer ours.
+    pub async fn remaining(&self) -> Result<Duration, LockError> {
+        self.lock().remaining().await
+    }
+
+    /// The remaining lease, under its first name: the same as
+    /// [`remaining`](Self::remaining), not the ttl the lock was obtained
+    /// with.
     pub async fn ttl(&self) -> Result<Duration, LockError> {
-        self.lock().ttl().await
+        self.remaining().await
     }
 
     /// Refreshes now, to `ttl`; later refreshes by the watchdog use `ttl` too.

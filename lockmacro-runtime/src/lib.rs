@@ -544,6 +544,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+mod claim;
 #[cfg(doctest)]
 mod doc_examples;
 mod election;
@@ -552,12 +553,15 @@ mod fenced;
 mod global;
 mod guard;
 mod hold;
+mod lease;
 mod lock;
 mod locker;
 mod metrics;
 mod options;
 mod reentry;
 mod retry;
+mod rules;
+mod wait;
 mod watchdog;
 
 #[doc(hidden)]
@@ -578,8 +582,9 @@ pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};
 pub use crate::guard::LockGuard;
 pub use crate::hold::{HoldOptions, OnLost};
+pub use crate::lease::MAX_TTL;
 pub use crate::lock::Lock;
-pub use crate::locker::{Locker, MAX_TTL};
+pub use crate::locker::Locker;
 pub use crate::options::{Fencing, ObtainOptions};
 pub use crate::retry::RetryStrategy;
 #[doc(inline)]

@@ -1,25 +1,16 @@
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{
-    AcquireRequest, Acquired, Backend, ReleaseListener, Share, TOKEN_LEN, derived_fence_key,
-};
-use crate::error::{BackendError, BackendErrorKind};
-use crate::lock::{Lease, Timing};
-use crate::metrics;
+use crate::backend::{Backend, derived_fence_key};
+use crate::lease::check_duration;
 use crate::options::Fencing;
+use crate::wait::{Request, Wait};
 use crate::watchdog::Watchdog;
 use crate::{
     Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend, SentinelBackend,
 };
-
-/// The longest ttl accepted: ten years.
-pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// Takes locks on one backend, under an optional namespace.
 ///
@@ -58,22 +49,6 @@ impl std::fmt::Debug for Locker {
     }
 }
 
-pub(crate) fn check_duration(
-    key: &str,
-    what: &'static str,
-    value: Duration,
-) -> Result<(), LockError> {
-    if value < Duration::from_millis(1) || value > MAX_TTL {
-        return Err(LockError::InvalidDuration {
-            key: key.to_owned(),
-            what,
-            value,
-            reason: format!("must be between 1ms and {MAX_TTL:?}"),
-        });
-    }
-    Ok(())
-}
-
 fn check_key(key: &str) -> Result<(), LockError> {
     if key.is_empty() {
         return Err(LockError::InvalidKey {
@@ -83,11 +58,6 @@ fn check_key(key: &str) -> Result<(), LockError> {
     }
     Ok(())
 }
-
-/// How many times one obtain listens again after its listener's connection
-/// closed; after that it waits by backoff, so that a server that keeps
-/// dropping connections cannot make it spin.
-const MAX_RELISTENS: u32 = 3;
 
 impl Locker {
     /// A locker on `backend`.
@@ -258,10 +228,6 @@ impl Locker {
         &*self.shared.backend
     }
 
-    pub(crate) fn shared_backend(&self) -> &Arc<dyn Backend> {
-        &self.shared.backend
-    }
-
     /// The key as stored by the backend: the namespace prefix, then `key`.
     pub fn wire_key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
@@ -352,6 +318,8 @@ impl Locker {
         self.obtain_sorted(keys, ttl, opts).instrument(span).await
     }
 
+    /// Refuses, before anything is sent, what the keys and options cannot
+    /// be; then waits for the keys, in the span `obtain_many` opened.
     async fn obtain_sorted(
         &self,
         keys: Vec<String>,
@@ -368,438 +336,19 @@ impl Locker {
             }
         };
         crate::backend::check_reserved(&wire_keys, fence_key.as_deref())?;
-        if opts.fair {
-            self.check_fair(&keys, &opts)?;
-        }
-        if let Some(share) = opts.share {
-            self.check_share(&keys, share, &opts)?;
-        }
-        if opts.replicas > 0 {
-            self.check_replicas(&keys, ttl, &opts)?;
-        }
-        // A uuid v4 from the thread's generator (ChaCha, seeded by the OS),
-        // rather than `Uuid::new_v4`, which asks the OS for every one: a
-        // system call per obtain.
-        let mut token_bytes = [0u8; TOKEN_LEN];
-        uuid::Builder::from_random_bytes(rand::random())
-            .into_uuid()
-            .simple()
-            .encode_lower(&mut token_bytes);
-        let token = std::str::from_utf8(&token_bytes).expect("a simple uuid is ASCII hex");
-        let value = format!("{token}{}", opts.metadata);
-        let start = Instant::now();
-        let deadline = opts.retry.get_deadline().map(|wait| start + wait);
-        let wakeups_only = opts.wakeups_only || opts.fair;
-        let mut attempts = 0;
-        // Gives back whatever this call may own on the server, however it
-        // ends without a lock (gave up, failed, or its future was dropped).
-        let mut claim = Claim {
-            locker: self,
-            wire_keys: &wire_keys,
-            token,
-            armed: false,
-        };
-        let drift = self.backend().drift(ttl);
-        // `sent`: when the request that confirmed the lease was sent, from
-        // which its local deadline counts.
-        let labels = metrics::Labels {
-            backend: self.backend().name(),
-            namespace: self.namespace(),
-        };
-        // `granted_until`: the end of a grant lease not confirmed yet, which
-        // the deadline does not pass until it is.
-        let lock = |claim: &mut Claim,
-                    fence: Option<u64>,
-                    acquired_at: Instant,
-                    sent: Instant,
-                    granted_until: Option<Instant>| {
-            claim.armed = false;
-            metrics::obtained(labels, start.elapsed());
-            let hold_until = opts.max_hold.map(|hold| acquired_at + hold);
-            let mut timing = Timing::new(ttl, sent, drift, hold_until);
-            if let Some(until) = granted_until {
-                timing.deadline = timing.deadline.min(until);
-            }
-            Lock {
-                watchdog: self.shared.watchdog.clone(),
-                lease: Arc::new(Lease {
-                    backend: self.shared.backend.clone(),
-                    keys: keys.clone().into_boxed_slice(),
-                    namespaced: (wire_keys != keys).then(|| wire_keys.clone().into_boxed_slice()),
-                    token: token_bytes,
-                    metadata: opts.metadata.as_str().into(),
-                    fence,
-                    share: opts.share,
-                    acquired_at,
-                    hold_until,
-                    timing: Mutex::new(timing),
-                    lost: AtomicBool::new(false),
-                    lost_notify: Notify::new(),
-                    done: AtomicBool::new(false),
-                    ended: AtomicBool::new(false),
-                }),
-            }
-        };
-        // Listens for the release of the key last found busy (its index), so
-        // that a wait ends when the holder releases rather than at the end of
-        // the backoff.
-        let mut listening: Option<(usize, ReleaseListener)> = None;
-        let mut relistened = 0;
-        // Checked by `check_fair` when `opts.fair`.
-        let queue = self.backend().fair_queue().filter(|_| opts.fair);
-        if let Some(queue) = queue
-            && !opts.retry.is_none()
-            && queue.listening(&wire_keys[0])
-        {
-            // Listening first costs nothing now; then the first attempt is
-            // the only one: a hand-off can only follow it.
-            let listener = queue.listen_granted(&wire_keys[0], token).await;
-            listening = Some((0, listener));
-        }
-        // Every attempt sent, the first included (`attempts` leaves it out
-        // once it was only to catch a release before listening).
-        let mut sent_attempts = 0u32;
-        loop {
-            attempts += 1;
-            sent_attempts += 1;
-            let sent = Instant::now();
-            let queue_for = opts.fair.then(|| match deadline {
-                Some(deadline) if !opts.retry.is_none() => deadline.saturating_duration_since(sent),
-                _ => Duration::ZERO,
-            });
-            let request = AcquireRequest {
-                keys: &wire_keys,
-                value: &value,
-                ttl,
-                fence_key: fence_key.as_deref(),
-                queue_for,
-                replicas: opts.replicas,
-                replica_timeout: opts.replica_bound(ttl),
-                // Once listening, a busy answer must say how long the holder
-                // has left: it bounds the wait, which no message may end.
-                wait: listening.is_some(),
-                attempt: sent_attempts,
-                share: opts.share,
-            };
-            // From here until its reply is read, the attempt may hold the
-            // keys: a dropped or timed-out call must give them back.
-            claim.armed = true;
-            let acquired = match self.backend().acquire(request).await {
-                Ok(acquired) => acquired,
-                Err(err) => {
-                    // Refused before anything was sent: nothing to give back.
-                    if matches!(
-                        err,
-                        LockError::InvalidKey { .. } | LockError::InvalidDuration { .. }
-                    ) {
-                        claim.armed = false;
-                    }
-                    return Err(err);
-                }
-            };
-            let (index, remaining) = match acquired {
-                Acquired::Obtained { fence }
-                    if Instant::now() < sent + ttl.saturating_sub(drift) =>
-                {
-                    tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
-                    return Ok(lock(&mut claim, fence, sent, sent, None));
-                }
-                Acquired::Obtained { .. } => {
-                    // The reply came after the lease it granted could be
-                    // trusted: someone else may hold the key by now.
-                    tracing::warn!(target: "lockmacro", attempts, "obtained, but the reply came after the lease's deadline; giving it back");
-                    claim.give_back().await;
-                    (0, None)
-                }
-                Acquired::Busy { index, remaining } => (index, remaining),
-            };
-            claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
-            let busy = || {
-                metrics::busy(labels, start.elapsed());
-                LockError::NotObtained {
-                    key: keys.get(index).unwrap_or(&keys[0]).clone(),
-                }
-            };
-            let Some(mut delay) = opts.retry.delay_after(attempts) else {
-                tracing::debug!(target: "lockmacro", attempts, "busy");
-                claim.give_back().await;
-                return Err(busy());
-            };
-            // A waiter the backend can wake sends nothing until woken, the
-            // holder's lease runs out, or the deadline.
-            let hears = listening
-                .as_ref()
-                .is_some_and(|(listened, listener)| *listened == index && listener.hears());
-            if wakeups_only && hears && remaining.is_some() {
-                delay = Duration::MAX;
-            }
-            // The holder's lease bounds the wait: once it runs out the key is
-            // free, whether or not its release is ever seen.
-            if let Some(remaining) = remaining {
-                delay = delay.min(remaining + Duration::from_millis(1));
-            }
-            if let Some(deadline) = deadline {
-                let now = Instant::now();
-                if now >= deadline {
-                    tracing::debug!(target: "lockmacro", attempts, "busy until the deadline");
-                    claim.give_back().await;
-                    return Err(busy());
-                }
-                delay = delay.min(deadline - now);
-            }
-            match &mut listening {
-                Some((listened, listener)) if *listened == index => {
-                    tracing::trace!(target: "lockmacro", ?delay, attempts, "busy, retrying");
-                    let hearing = listener.hears();
-                    listener.wait(delay).await;
-                    if let Some(handed) = listener.handed()
-                        && handed.attempt == sent_attempts
-                    {
-                        // Handed over after this attempt found the waiter in
-                        // line, so the key is ours until at least `sent`
-                        // plus the grant lease: go on at once when that
-                        // leaves time, and confirm meanwhile.
-                        let arrived = Instant::now();
-                        let lease = handed.lease.min(ttl);
-                        let until = sent + lease.saturating_sub(self.backend().drift(lease));
-                        if until > arrived + lease / 2 {
-                            let fence = fence_key.is_some().then_some(handed.fence);
-                            tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirming");
-                            let lock = lock(&mut claim, fence, arrived, sent, Some(until));
-                            tokio::spawn(lock.lease.clone().confirm_grant());
-                            return Ok(lock);
-                        }
-                    }
-                    let Some(fence) = listener.granted() else {
-                        if hearing && !listener.hears() && relistened < MAX_RELISTENS {
-                            // Its connection closed mid-wait: try again at
-                            // once (a release or a hand-off may have gone
-                            // unheard), then listen on a new one.
-                            relistened += 1;
-                            listening = None;
-                        }
-                        continue;
-                    };
-                    // Handed the key by a release at some moment after this
-                    // waiter's last attempt was sent (that attempt found it
-                    // busy), so the lease runs at least until `sent + ttl`.
-                    let arrived = Instant::now();
-                    let fence = fence_key.is_some().then_some(fence);
-                    if sent + ttl.saturating_sub(drift) > arrived + ttl / 2 {
-                        tracing::debug!(target: "lockmacro", fence, attempts, "handed over");
-                        return Ok(lock(&mut claim, fence, arrived, sent, None));
-                    }
-                    // Waited long: confirm, and count the lease from now.
-                    let confirm = Instant::now();
-                    if self.backend().refresh(&wire_keys, token, ttl).await? {
-                        if Instant::now() < confirm + ttl.saturating_sub(drift) {
-                            tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirmed");
-                            return Ok(lock(&mut claim, fence, arrived, confirm, None));
-                        }
-                        // Confirmed too late to be trusted: give it back.
-                        claim.give_back().await;
-                    }
-                    // The lease ran out before this waiter could use it: stand
-                    // in line again.
-                    listening = None;
-                }
-                _ => {
-                    // Listen first, then try again at once: a release before
-                    // the listener was in place is seen by that attempt, any
-                    // later one by the listener. The first such attempt does
-                    // not count against the strategy.
-                    if listening.is_none() {
-                        attempts -= 1;
-                    }
-                    let key = &wire_keys[index];
-                    let listener = match queue {
-                        Some(queue) => queue.listen_granted(key, token).await,
-                        None => self.backend().listen(key).await,
-                    };
-                    listening = Some((index, listener));
-                }
-            }
-        }
-    }
-
-    /// Refuses a fair obtain that cannot be served fairly.
-    fn check_fair(&self, keys: &[String], opts: &ObtainOptions) -> Result<(), LockError> {
-        if keys.len() > 1 {
-            return Err(LockError::InvalidKey {
-                key: keys.join(","),
-                reason: "a fair obtain takes one key (waiters queue per key); lock several keys \
-                         without `fair`"
-                    .into(),
-            });
-        }
-        if self.backend().fair_queue().is_none() {
-            return Err(BackendError::new(
-                BackendErrorKind::Unsupported,
-                format!("obtain `{}`", keys[0]),
-                "this backend keeps no queue of waiters, so it cannot hand locks over fairly \
-                 (Redlock cannot: see `RedlockBackend`); obtain without `fair`",
-            )
-            .into());
-        }
-        match opts.retry.get_deadline() {
-            Some(wait) => check_duration(&keys[0], "fair wait (the retry deadline)", wait),
-            None if opts.retry.is_none() => Ok(()),
-            None => Err(LockError::InvalidDuration {
-                key: keys[0].clone(),
-                what: "fair wait",
-                value: Duration::ZERO,
-                reason: "a fair obtain that waits needs a deadline on its retry strategy \
-                         (`RetryStrategy::deadline`): its place in the queue lapses then"
-                    .into(),
-            }),
-        }
-    }
-}
-
-/// What an obtain may own on the server before it hands back a [`Lock`]: an
-/// attempt whose reply was not read (its future dropped, or timed out), a
-/// grant that came too late to be used, or a fair waiter's place in a queue.
-/// Given back while armed, by a release with the call's token: that deletes
-/// only keys holding the token, and removes the token's queue entry (handing
-/// the key on should it have been handed to this call meanwhile).
-///
-/// It borrows what it would give back: only a claim dropped while armed
-/// copies it, for the background release.
-struct Claim<'a> {
-    locker: &'a Locker,
-    wire_keys: &'a [String],
-    token: &'a str,
-    armed: bool,
-}
-
-impl Claim<'_> {
-    /// Gives back now, if armed.
-    async fn give_back(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            release_claim(self.locker, self.wire_keys, self.token).await;
-        }
-    }
-}
-
-async fn release_claim(locker: &Locker, wire_keys: &[String], token: &str) {
-    if let Err(error) = locker.backend().release(wire_keys, token).await {
-        tracing::debug!(target: "lockmacro", %error, "could not give back an unfinished obtain; what it took lapses at its ttl");
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if !std::mem::take(&mut self.armed) {
-            return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (locker, wire_keys, token) = (
-                self.locker.clone(),
-                self.wire_keys.to_vec(),
-                self.token.to_owned(),
-            );
-            runtime.spawn(async move { release_claim(&locker, &wire_keys, &token).await });
-        }
-    }
-}
-
-impl Locker {
-    /// Refuses an obtain with [`ObtainOptions::replicas`] that the backend
-    /// could not honour, before anything is sent.
-    /// Refuses a share (permits, a read, the write) that cannot be kept as
-    /// asked.
-    fn check_share(
-        &self,
-        keys: &[String],
-        share: Share,
-        opts: &ObtainOptions,
-    ) -> Result<(), LockError> {
-        let what = match share {
-            Share::Permits(_) => "permits",
-            _ => "read-write locks",
-        };
-        let refuse = |reason: String| -> LockError {
-            BackendError::new(
-                BackendErrorKind::Unsupported,
-                format!("obtain `{}`", keys.join("`, `")),
-                reason,
-            )
-            .into()
-        };
-        if share == Share::Permits(0) {
-            return Err(LockError::InvalidKey {
-                key: keys[0].clone(),
-                reason: "`permits` must be at least 1: a semaphore of 0 permits can never be \
-                         obtained"
-                    .into(),
-            });
-        }
-        if keys.len() > 1 {
-            return Err(LockError::InvalidKey {
-                key: keys.join(","),
-                reason: format!(
-                    "{what} are kept per key: obtain one key with them, or several keys as a \
-                     plain lock"
-                ),
-            });
-        }
-        if !self.backend().keeps_shares() {
-            return Err(refuse(format!(
-                "this backend keeps no {what} (Redlock would need a majority to agree on who \
-                 holds which share; etcd is not supported yet); use one Redis server, a \
-                 cluster, Sentinel or the in-memory backend, or a plain lock"
-            )));
-        }
-        if opts.fair && !matches!(share, Share::Permits(_)) {
-            return Err(refuse(
-                "`fair` cannot be combined with read-write locks: readers and writers are woken \
-                 by releases but not queued (a waiting writer holds back later readers); obtain \
-                 without `fair`"
-                    .into(),
-            ));
-        }
-        if opts.replicas > 0 {
-            return Err(refuse(format!(
-                "`replicas` cannot be combined with {what}; obtain without `replicas`"
-            )));
-        }
-        Ok(())
-    }
-
-    fn check_replicas(
-        &self,
-        keys: &[String],
-        ttl: Duration,
-        opts: &ObtainOptions,
-    ) -> Result<(), LockError> {
-        let refuse = |reason: &str| -> LockError {
-            BackendError::new(
-                BackendErrorKind::Unsupported,
-                format!("obtain `{}`", keys.join("`, `")),
-                reason,
-            )
-            .into()
-        };
-        if !self.backend().acknowledges_replicas() {
-            return Err(refuse(
-                "this backend cannot wait for replicas to acknowledge a lock (Redlock's masters \
-                 have no replicas to wait for: its safety is the majority; the in-memory \
-                 backend has nothing to replicate); obtain without `replicas`",
-            ));
-        }
-        if opts.fair {
-            // A fair waiter is handed the key by the release before it,
-            // whose write is not waited for.
-            return Err(refuse(
-                "`replicas` cannot be combined with `fair`: a fair waiter is handed the key by \
-                 a release, not by its own acquire, so nothing waits for the replicas; use one \
-                 or the other",
-            ));
-        }
-        check_duration(
-            &keys[0],
-            "replica wait (`ObtainOptions::replica_timeout`)",
-            opts.replica_bound(ttl),
-        )
+        crate::rules::check(self.backend(), &keys, ttl, &opts)?;
+        let request = Request::new(
+            self.shared.backend.clone(),
+            keys,
+            wire_keys,
+            fence_key,
+            ttl,
+            opts,
+        );
+        let lease = Wait::new(&request, self.namespace()).run().await?;
+        Ok(Lock {
+            lease,
+            watchdog: self.shared.watchdog.clone(),
+        })
     }
 }

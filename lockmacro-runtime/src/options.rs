@@ -30,9 +30,10 @@ pub struct ObtainOptions {
     /// attribute's `wait`, and implied by `fair`.
     pub(crate) wakeups_only: bool,
     pub(crate) max_hold: Option<Duration>,
-    /// Replicas that must acknowledge the lock, and how long to wait for
-    /// them (`None`: the default bound).
+    /// Replicas that must acknowledge the lock (`0`: none).
     pub(crate) replicas: usize,
+    /// How long to wait for them (`None`: the default bound, see
+    /// `replica_bound`).
     pub(crate) replica_timeout: Option<Duration>,
     /// A share of the key (a permit, a read or the write), not the whole key.
     pub(crate) share: Option<Share>,

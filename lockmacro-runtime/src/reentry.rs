@@ -18,7 +18,7 @@ pub(crate) fn held(locker: &Locker, keys: &[String]) -> Option<LockGuard> {
         held.iter()
             .find(|guard| {
                 let lease = guard.lease();
-                lease.is_on(locker)
+                lease.is_on(locker.backend())
                     && !guard.is_done()
                     && !guard.is_lost()
                     && keys

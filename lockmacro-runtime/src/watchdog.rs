@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::backend::RefreshRequest;
 use crate::error::{BackendError, BackendErrorKind};
-use crate::lock::Lease;
+use crate::lease::Lease;
 
 /// Most leases one refresh task sends; the backend splits further as it
 /// needs (the Redis backends send at most 500 per script call).

@@ -9,11 +9,13 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::Attribute;
 
-use crate::args::{Args, Fence, Mode, Plan};
+use crate::args::Args;
 use crate::errors::Errors;
 use crate::item::{Boxed, Function, Shape};
 use crate::key::Params;
+use crate::plan::Plan;
 use crate::policy::{OnLost, Output};
+use crate::values::{Fence, Mode};
 
 /// `#[distributed_lock(args)] item`. On a mistake, the function is emitted
 /// as written next to the errors, so rustc reports nothing else and the IDE

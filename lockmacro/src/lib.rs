@@ -13,9 +13,13 @@ mod errors;
 mod expand;
 mod item;
 mod key;
+mod plan;
 mod policy;
+mod rules;
 #[cfg(test)]
 mod snapshots;
+mod valid;
+mod values;
 
 /// Runs an `async fn` only while it holds a distributed lock.
 ///
@@ -311,4 +315,21 @@ pub fn distributed_lock(
     item: proc_macro::TokenStream,
 ) -> proc_macro::TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()
+}
+
+/// Not public API: the table of arguments that do not combine, as
+/// `[(argument, with), …]`, for the runtime's test that its own table of
+/// options agrees.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __rules(input: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    if !input.is_empty() {
+        return syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "`__rules!()` takes no arguments",
+        )
+        .to_compile_error()
+        .into();
+    }
+    rules::table().into()
 }

@@ -159,16 +159,18 @@ async fn freeze_while_held(
     after_resume: Duration,
 ) -> (usize, Instant) {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let entered = Arc::new(tokio::sync::Notify::new());
     let mut running = Vec::new();
     for (options, sections) in workers {
         let locker = server.locker().await;
-        let stop = stop.clone();
+        let (stop, entered) = (stop.clone(), entered.clone());
         running.push(tokio::spawn(async move {
             let mut lost = 0;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let sections = sections.clone();
+                let (sections, entered) = (sections.clone(), entered.clone());
                 let outcome = locker
                     .hold([key], options.clone(), move |guard| async move {
+                        entered.notify_one();
                         let _recording = Recording {
                             start: Instant::now(),
                             guard,
@@ -187,8 +189,11 @@ async fn freeze_while_held(
             lost
         }));
     }
-    // Some sections first, with every share in use.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Frozen while a body holds its share (each body outlasts the ttl), so
+    // that the freeze costs at least that holder its lease.
+    tokio::time::timeout(Duration::from_secs(20), entered.notified())
+        .await
+        .expect("no holder got in before the freeze");
     server.pause();
     tokio::time::sleep(TTL + TTL / 2).await;
     server.resume();

@@ -1,0 +1,310 @@
+//! The lease behind every lock: what the [`Lock`](crate::Lock) handle, the
+//! watchdog and a fair waiter's confirmation share, and the limits on the
+//! durations it is given.
+//!
+//! It knows nothing of who holds it: the handle, the watchdog and the wait
+//! that takes it all import this file, and it imports none of them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::LockError;
+use crate::backend::{Backend, Share, TOKEN_LEN};
+use crate::metrics;
+
+/// The longest ttl accepted: ten years.
+pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Refuses a duration no backend can store: under a millisecond, or over
+/// [`MAX_TTL`].
+pub(crate) fn check_duration(
+    key: &str,
+    what: &'static str,
+    value: Duration,
+) -> Result<(), LockError> {
+    if value < Duration::from_millis(1) || value > MAX_TTL {
+        return Err(LockError::InvalidDuration {
+            key: key.to_owned(),
+            what,
+            value,
+            reason: format!("must be between 1ms and {MAX_TTL:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// The state of one lease, shared by its [`Lock`](crate::Lock) and the watchdog.
+pub(crate) struct Lease {
+    pub(crate) backend: Arc<dyn Backend>,
+    /// Keys as the caller named them, sorted.
+    pub(crate) keys: Box<[String]>,
+    /// Keys on the wire, namespaced; `None` when they are `keys` (no
+    /// namespace): the watchdog holds up to millions of leases, so each
+    /// saves what it can.
+    pub(crate) namespaced: Option<Box<[String]>>,
+    /// The token's 32 ASCII hex digits, inline for the same reason.
+    pub(crate) token: [u8; TOKEN_LEN],
+    pub(crate) metadata: Box<str>,
+    pub(crate) fence: Option<u64>,
+    /// A share of the key (a permit, a read, the write), or `None`: the key.
+    pub(crate) share: Option<Share>,
+    pub(crate) acquired_at: Instant,
+    /// `acquired_at + max_hold`: the deadline never moves past it, and the
+    /// watchdog stops renewing once it reaches it.
+    pub(crate) hold_until: Option<Instant>,
+    pub(crate) timing: Mutex<Timing>,
+    /// Set once the lease is known or presumed gone, and only after the
+    /// loss was logged and counted; never cleared.
+    pub(crate) lost: AtomicBool,
+    pub(crate) lost_notify: Notify,
+    /// Set once the owner released or dropped the lock: the watchdog forgets it.
+    pub(crate) done: AtomicBool,
+    /// Set once the lease stopped counting as held (given back, lost or
+    /// dropped), so that it leaves the `leases_held` gauge exactly once.
+    pub(crate) ended: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub(crate) ttl: Duration,
+    /// When the last confirmed acquire or refresh was sent.
+    pub(crate) sent: Instant,
+    /// When the lease ends if no refresh is confirmed: `sent` plus the ttl,
+    /// less the backend's drift margin, and never past `Lease::hold_until`.
+    pub(crate) deadline: Instant,
+}
+
+impl Timing {
+    /// The timing of a lease of `ttl` confirmed by a request sent at `sent`.
+    pub(crate) fn new(
+        ttl: Duration,
+        sent: Instant,
+        drift: Duration,
+        hold_until: Option<Instant>,
+    ) -> Self {
+        let deadline = sent + ttl.saturating_sub(drift);
+        Timing {
+            ttl,
+            sent,
+            deadline: hold_until.map_or(deadline, |limit| deadline.min(limit)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("keys", &self.keys)
+            .field("fence", &self.fence)
+            .field("timing", &self.timing())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    /// True when the lease was taken through `backend` (the very instance,
+    /// whatever locker or namespace it is reached through).
+    pub(crate) fn is_on(&self, backend: &dyn Backend) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.backend), backend)
+    }
+
+    pub(crate) fn key(&self) -> &str {
+        &self.keys[0]
+    }
+
+    /// The keys as sent to the backend.
+    pub(crate) fn wire_keys(&self) -> &[String] {
+        self.namespaced.as_deref().unwrap_or(&self.keys)
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        std::str::from_utf8(&self.token).expect("a token is ASCII hex")
+    }
+
+    pub(crate) fn timing(&self) -> Timing {
+        *self
+            .timing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// True while the watchdog should keep renewing: the deadline has not
+    /// reached the `max_hold` limit yet.
+    pub(crate) fn renewable(&self) -> bool {
+        self.hold_until
+            .is_none_or(|limit| self.timing().deadline < limit)
+    }
+
+    /// True once the lease was declared lost (not merely past its deadline).
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// True once the lease is lost. A lease found past its deadline is
+    /// declared lost here, so that whoever sees it lost also sees it logged
+    /// and counted.
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= self.timing().deadline {
+            self.mark_lost();
+            return true;
+        }
+        false
+    }
+
+    /// The labels of this lease's metrics.
+    pub(crate) fn labels(&self) -> metrics::Labels<'_> {
+        // The namespace is what the wire key adds in front of the key.
+        let namespace = self.namespaced.as_deref().map_or("", |wire| {
+            let prefix = &wire[0][..wire[0].len() - self.keys[0].len()];
+            prefix.strip_suffix(':').unwrap_or(prefix)
+        });
+        metrics::Labels {
+            backend: self.backend.name(),
+            namespace,
+        }
+    }
+
+    /// Declares the lease lost: logs and counts it once, then sets the flag.
+    ///
+    /// Several threads may declare the same loss (the watchdog, and a
+    /// `lost().await` that found the deadline passed). The declaration runs
+    /// under the timing lock and the flag is set last, so a caller that
+    /// returns from here, or sees the flag, also sees the loss counted.
+    pub(crate) fn mark_lost(&self) {
+        if !self.lost.load(Ordering::Acquire) {
+            let _declaring = self
+                .timing
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !self.lost.load(Ordering::Acquire) {
+                tracing::warn!(target: "lockmacro", key = %self.key(), "lease lost");
+                metrics::lost(self.labels());
+                self.end();
+                self.lost.store(true, Ordering::Release);
+            }
+        }
+        self.lost_notify.notify_waiters();
+    }
+
+    /// Takes the lease off the `leases_held` gauge, once, and records how
+    /// long it was held: when it is given back, lost or dropped, whichever
+    /// comes first.
+    pub(crate) fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            metrics::ended(self.labels(), self.acquired_at.elapsed());
+        }
+    }
+
+    /// Refreshes the lease to `ttl`; on success moves the local deadline to
+    /// `sent + ttl`, on refusal marks the lease lost. A confirmation that
+    /// comes after the deadline is [`LockError::Lost`]: the lease was lost
+    /// at the deadline and stays so.
+    pub(crate) async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
+        check_duration(self.key(), "ttl", ttl)?;
+        let sent = Instant::now();
+        let refreshed = self
+            .backend
+            .refresh(self.wire_keys(), self.token(), ttl)
+            .await?;
+        if refreshed {
+            self.refreshed(ttl, sent);
+            if self.lost.load(Ordering::Acquire) {
+                return Err(LockError::Lost {
+                    key: self.key().to_owned(),
+                });
+            }
+            Ok(())
+        } else {
+            self.mark_lost();
+            Err(LockError::NotHeld {
+                key: self.key().to_owned(),
+            })
+        }
+    }
+
+    /// Records a refresh to `ttl`, sent at `sent`, that the backend confirmed.
+    ///
+    /// A confirmation that arrives once the deadline has passed cannot revive
+    /// the lease: it was lost at the deadline, and the code it protected may
+    /// already have been stopped or overtaken. One for an older request than
+    /// the last confirmed (several can be in flight) changes nothing: the
+    /// server's expiry follows the latest.
+    pub(crate) fn refreshed(&self, ttl: Duration, sent: Instant) {
+        let drift = self.backend.drift(ttl);
+        let mut timing = self
+            .timing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.lost.load(Ordering::Acquire) || Instant::now() >= timing.deadline {
+            drop(timing);
+            self.mark_lost();
+            return;
+        }
+        if sent >= timing.sent {
+            tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
+            *timing = Timing::new(ttl, sent, drift, self.hold_until);
+        }
+    }
+
+    /// Confirms a key handed over for a grant lease (see
+    /// [`FairQueue::confirm`](crate::backend::FairQueue::confirm)), which
+    /// the owner may already be using: extends it to the ttl and moves the
+    /// deadline as a refresh would. Refused, the lease is lost, unless the
+    /// owner released it first; failed, the deadline stays at the grant
+    /// lease's end, which a watchdog's refresh may still move.
+    pub(crate) async fn confirm_grant(self: Arc<Self>) {
+        let Some(queue) = self.backend.fair_queue() else {
+            return;
+        };
+        let ttl = self.timing().ttl;
+        let sent = Instant::now();
+        match queue.confirm(&self.wire_keys()[0], self.token(), ttl).await {
+            Ok(true) => self.refreshed(ttl, sent),
+            Ok(false) if !self.done.load(Ordering::Acquire) => self.mark_lost(),
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(target: "lockmacro", key = %self.key(), error = %err, "could not confirm a lock handed over; it ends with its grant lease unless refreshed");
+            }
+        }
+    }
+
+    pub(crate) async fn release(&self) -> Result<(), LockError> {
+        self.done.store(true, Ordering::Release);
+        let released = self.backend.release(self.wire_keys(), self.token()).await;
+        // Counted before the caller's `await` returns, whatever the answer:
+        // the owner holds the lease no longer.
+        self.end();
+        if released? {
+            tracing::debug!(target: "lockmacro", key = %self.key(), "released");
+            metrics::released(self.labels());
+            Ok(())
+        } else {
+            tracing::debug!(target: "lockmacro", key = %self.key(), "release found the lock no longer held");
+            Err(LockError::NotHeld {
+                key: self.key().to_owned(),
+            })
+        }
+    }
+
+    pub(crate) async fn remaining(&self) -> Result<Duration, LockError> {
+        self.backend
+            .remaining(self.wire_keys(), self.token())
+            .await?
+            .ok_or_else(|| LockError::NotHeld {
+                key: self.key().to_owned(),
+            })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.end();
+    }
+}

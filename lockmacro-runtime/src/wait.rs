@@ -1,0 +1,453 @@
+//! One obtain, from its first attempt to a lease or a refusal.
+//!
+//! The wait is a value of its own, as tokio's `Acquire` is for a semaphore:
+//! it keeps what must outlive one attempt (the listener, the counts, the
+//! claim on the server), and each step is a method. The locker only checks
+//! the request and starts it.
+//!
+//! A round is: one attempt; when the keys are busy, the pause the retry
+//! strategy, the holder's lease and the deadline allow; then either a wait
+//! on the listener for the key found busy, which a release or a fair
+//! hand-off can end early, or, with no listener yet, one made at once.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, FairQueue, Handed, ReleaseListener, TOKEN_LEN,
+};
+use crate::claim::Claim;
+use crate::lease::{Lease, Timing};
+use crate::{LockError, ObtainOptions, metrics};
+
+/// How many times one obtain listens again after its listener's connection
+/// closed; after that it waits by backoff, so that a server that keeps
+/// dropping connections cannot make it spin.
+const MAX_RELISTENS: u32 = 3;
+
+/// What one obtain asks for, checked: it does not change while it waits.
+pub(crate) struct Request {
+    backend: Arc<dyn Backend>,
+    /// Keys as the caller named them, sorted.
+    keys: Vec<String>,
+    /// Keys on the wire, namespaced.
+    wire_keys: Vec<String>,
+    fence_key: Option<String>,
+    /// The token's 32 ASCII hex digits.
+    token: [u8; TOKEN_LEN],
+    /// What the keys hold: the token, then the metadata.
+    value: String,
+    ttl: Duration,
+    /// The backend's drift margin for `ttl`.
+    drift: Duration,
+    opts: ObtainOptions,
+}
+
+impl Request {
+    /// A request under a fresh token.
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        keys: Vec<String>,
+        wire_keys: Vec<String>,
+        fence_key: Option<String>,
+        ttl: Duration,
+        opts: ObtainOptions,
+    ) -> Self {
+        // A uuid v4 from the thread's generator (ChaCha, seeded by the OS),
+        // rather than `Uuid::new_v4`, which asks the OS for every one: a
+        // system call per obtain.
+        let uuid = uuid::Builder::from_random_bytes(rand::random())
+            .into_uuid()
+            .simple();
+        let mut token = [0u8; TOKEN_LEN];
+        uuid.encode_lower(&mut token);
+        Request {
+            value: format!("{uuid}{}", opts.metadata),
+            drift: backend.drift(ttl),
+            backend,
+            keys,
+            wire_keys,
+            fence_key,
+            token,
+            ttl,
+            opts,
+        }
+    }
+
+    fn token(&self) -> &str {
+        std::str::from_utf8(&self.token).expect("a simple uuid is ASCII hex")
+    }
+
+    /// True while a lease confirmed by a request sent at `sent` can still be
+    /// trusted: the ttl, less the drift margin, has not run out.
+    fn trusted(&self, sent: Instant) -> bool {
+        Instant::now() < sent + self.ttl.saturating_sub(self.drift)
+    }
+}
+
+/// An obtain under way.
+pub(crate) struct Wait<'a> {
+    request: &'a Request,
+    labels: metrics::Labels<'a>,
+    /// When the obtain began: the wait metrics count from here.
+    start: Instant,
+    /// When the retry strategy gives up, if it has a deadline.
+    deadline: Option<Instant>,
+    /// While the backend can wake the waiter, wait for a wake-up rather
+    /// than the backoff.
+    wakeups_only: bool,
+    /// The fair queue, for a fair obtain (the checks made sure there is one).
+    queue: Option<&'a dyn FairQueue>,
+    /// Attempts as the retry strategy counts them: the one sent only to catch
+    /// a release made before listening is left out.
+    attempts: u32,
+    /// Every attempt sent, the first included: a hand-off names the attempt
+    /// it followed.
+    sent_attempts: u32,
+    /// Listens for the release of the key last found busy (its index), so
+    /// that a wait ends when the holder releases rather than at the end of
+    /// the backoff. Declared before the claim, so that a waiter stops
+    /// listening before it gives back what it claimed.
+    listening: Option<(usize, ReleaseListener)>,
+    /// How often the listener was made again after its connection closed.
+    relistened: u32,
+    /// Gives back whatever this call may own on the server, however it ends
+    /// without a lease (gave up, failed, or its future was dropped).
+    claim: Claim<'a>,
+}
+
+/// What one attempt came to.
+enum Answer {
+    /// The keys are this call's, under this lease.
+    Obtained(Arc<Lease>),
+    /// The keys are held by someone else.
+    Busy(Busy),
+}
+
+/// What an attempt that found the keys held leaves for the rest of the round.
+struct Busy {
+    /// Which key was held.
+    index: usize,
+    /// How long its holder's lease has left, when the backend told.
+    remaining: Option<Duration>,
+    /// When the attempt was sent: a key handed over after it is ours from then.
+    sent: Instant,
+}
+
+impl<'a> Wait<'a> {
+    /// Starts the clock of an obtain of `request` by a locker under `namespace`.
+    pub(crate) fn new(request: &'a Request, namespace: &'a str) -> Self {
+        let start = Instant::now();
+        let opts = &request.opts;
+        Wait {
+            request,
+            labels: metrics::Labels {
+                backend: request.backend.name(),
+                namespace,
+            },
+            start,
+            deadline: opts.retry.get_deadline().map(|wait| start + wait),
+            wakeups_only: opts.wakeups_only || opts.fair,
+            queue: request.backend.fair_queue().filter(|_| opts.fair),
+            attempts: 0,
+            sent_attempts: 0,
+            listening: None,
+            relistened: 0,
+            claim: Claim::new(&request.backend, &request.wire_keys, request.token()),
+        }
+    }
+
+    /// Attempts, pauses and listens until the keys are this call's or the
+    /// retry strategy gives up.
+    pub(crate) async fn run(mut self) -> Result<Arc<Lease>, LockError> {
+        self.listen_ahead().await;
+        loop {
+            let busy = match self.attempt().await? {
+                Answer::Obtained(lease) => return Ok(lease),
+                Answer::Busy(busy) => busy,
+            };
+            let Some(pause) = self.pause(&busy) else {
+                return Err(self.give_up(busy.index).await);
+            };
+            match self
+                .listening
+                .take_if(|(listened, _)| *listened == busy.index)
+            {
+                Some((_, listener)) => {
+                    if let Some(lease) = self.hear(listener, &busy, pause).await? {
+                        return Ok(lease);
+                    }
+                }
+                None => self.listen(busy.index).await,
+            }
+        }
+    }
+
+    /// A fair waiter whose queue already listens on the key listens before
+    /// its first attempt: it costs nothing now, and then that attempt is the
+    /// only one, since a hand-off can only follow it.
+    async fn listen_ahead(&mut self) {
+        let request = self.request;
+        if let Some(queue) = self.queue
+            && !request.opts.retry.is_none()
+            && queue.listening(&request.wire_keys[0])
+        {
+            let listener = queue
+                .listen_granted(&request.wire_keys[0], request.token())
+                .await;
+            self.listening = Some((0, listener));
+        }
+    }
+
+    /// Sends one attempt. A lease is only [`Answer::Obtained`] when its
+    /// reply came in time to trust it.
+    async fn attempt(&mut self) -> Result<Answer, LockError> {
+        let request = self.request;
+        let opts = &request.opts;
+        self.attempts += 1;
+        self.sent_attempts += 1;
+        let sent = Instant::now();
+        let queue_for = opts.fair.then(|| match self.deadline {
+            Some(deadline) if !opts.retry.is_none() => deadline.saturating_duration_since(sent),
+            _ => Duration::ZERO,
+        });
+        let acquire = AcquireRequest {
+            keys: &request.wire_keys,
+            value: &request.value,
+            ttl: request.ttl,
+            fence_key: request.fence_key.as_deref(),
+            queue_for,
+            replicas: opts.replicas,
+            replica_timeout: opts.replica_bound(request.ttl),
+            // Once listening, a busy answer must say how long the holder
+            // has left: it bounds the wait, which no message may end.
+            wait: self.listening.is_some(),
+            attempt: self.sent_attempts,
+            share: opts.share,
+        };
+        // From here until its reply is read, the attempt may hold the keys:
+        // a dropped or timed-out call must give them back.
+        self.claim.armed = true;
+        let acquired = match request.backend.acquire(acquire).await {
+            Ok(acquired) => acquired,
+            Err(err) => {
+                // Refused before anything was sent: nothing to give back.
+                if matches!(
+                    err,
+                    LockError::InvalidKey { .. } | LockError::InvalidDuration { .. }
+                ) {
+                    self.claim.armed = false;
+                }
+                return Err(err);
+            }
+        };
+        let attempts = self.attempts;
+        let (index, remaining) = match acquired {
+            Acquired::Obtained { fence } if request.trusted(sent) => {
+                tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
+                return Ok(Answer::Obtained(self.lease(fence, sent, sent, None)));
+            }
+            Acquired::Obtained { .. } => {
+                // The reply came after the lease it granted could be
+                // trusted: someone else may hold the key by now.
+                tracing::warn!(target: "lockmacro", attempts, "obtained, but the reply came after the lease's deadline; giving it back");
+                self.claim.give_back().await;
+                (0, None)
+            }
+            Acquired::Busy { index, remaining } => (index, remaining),
+        };
+        // A fair waiter that joined the queue owns its place in it.
+        self.claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
+        Ok(Answer::Busy(Busy {
+            index,
+            remaining,
+            sent,
+        }))
+    }
+
+    /// How long to wait before the next attempt; `None` once the retry
+    /// strategy or the deadline gives up.
+    fn pause(&self, busy: &Busy) -> Option<Duration> {
+        let attempts = self.attempts;
+        let Some(mut pause) = self.request.opts.retry.delay_after(attempts) else {
+            tracing::debug!(target: "lockmacro", attempts, "busy");
+            return None;
+        };
+        // A waiter the backend can wake sends nothing until woken, the
+        // holder's lease runs out, or the deadline.
+        let hears = self
+            .listening
+            .as_ref()
+            .is_some_and(|(listened, listener)| *listened == busy.index && listener.hears());
+        if self.wakeups_only && hears && busy.remaining.is_some() {
+            pause = Duration::MAX;
+        }
+        // The holder's lease bounds the wait: once it runs out the key is
+        // free, whether or not its release is ever seen.
+        if let Some(remaining) = busy.remaining {
+            pause = pause.min(remaining + Duration::from_millis(1));
+        }
+        if let Some(deadline) = self.deadline {
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::debug!(target: "lockmacro", attempts, "busy until the deadline");
+                return None;
+            }
+            pause = pause.min(deadline - now);
+        }
+        Some(pause)
+    }
+
+    /// Gives back what the call may own, and says who holds the keys.
+    async fn give_up(&mut self, index: usize) -> LockError {
+        self.claim.give_back().await;
+        metrics::busy(self.labels, self.start.elapsed());
+        let keys = &self.request.keys;
+        LockError::NotObtained {
+            key: keys.get(index).unwrap_or(&keys[0]).clone(),
+        }
+    }
+
+    /// Listens for the release of the key at `index`, then lets the next
+    /// attempt go at once: a release before the listener was in place is
+    /// seen by that attempt, any later one by the listener. The first such
+    /// attempt does not count against the strategy.
+    async fn listen(&mut self, index: usize) {
+        if self.listening.is_none() {
+            self.attempts -= 1;
+        }
+        let key = &self.request.wire_keys[index];
+        let listener = match self.queue {
+            Some(queue) => queue.listen_granted(key, self.request.token()).await,
+            None => self.request.backend.listen(key).await,
+        };
+        self.listening = Some((index, listener));
+    }
+
+    /// Waits on `listener` for at most `pause`: `Some(lease)` when the key
+    /// was handed to this waiter meanwhile. The listener is kept for the
+    /// next round unless the key must be listened for afresh.
+    async fn hear(
+        &mut self,
+        mut listener: ReleaseListener,
+        busy: &Busy,
+        pause: Duration,
+    ) -> Result<Option<Arc<Lease>>, LockError> {
+        tracing::trace!(target: "lockmacro", delay = ?pause, attempts = self.attempts, "busy, retrying");
+        let hearing = listener.hears();
+        listener.wait(pause).await;
+        if let Some(handed) = listener.handed()
+            && handed.attempt == self.sent_attempts
+            && let Some(lease) = self.take_handed(handed, busy.sent)
+        {
+            return Ok(Some(lease));
+        }
+        let Some(fence) = listener.granted() else {
+            if hearing && !listener.hears() && self.relistened < MAX_RELISTENS {
+                // Its connection closed mid-wait: try again at once (a
+                // release or a hand-off may have gone unheard), then listen
+                // on a new one.
+                self.relistened += 1;
+            } else {
+                self.listening = Some((busy.index, listener));
+            }
+            return Ok(None);
+        };
+        // A key granted and not taken is listened for afresh: the waiter
+        // stands in line again.
+        self.take_granted(fence, busy.sent).await
+    }
+
+    /// The key was handed over for a grant lease after the attempt sent at
+    /// `sent` found this waiter in line, so it is ours until at least `sent`
+    /// plus that lease: go on at once when that leaves time, and confirm
+    /// meanwhile.
+    fn take_handed(&mut self, handed: Handed, sent: Instant) -> Option<Arc<Lease>> {
+        let arrived = Instant::now();
+        let lease = handed.lease.min(self.request.ttl);
+        let until = sent + lease.saturating_sub(self.request.backend.drift(lease));
+        if until <= arrived + lease / 2 {
+            return None;
+        }
+        let fence = self.request.fence_key.is_some().then_some(handed.fence);
+        tracing::debug!(target: "lockmacro", fence, attempts = self.attempts, "handed over, confirming");
+        let lease = self.lease(fence, arrived, sent, Some(until));
+        tokio::spawn(lease.clone().confirm_grant());
+        Some(lease)
+    }
+
+    /// The key was handed over by a release at some moment after the
+    /// attempt sent at `sent` found it busy, so the lease runs at least until
+    /// `sent + ttl`. `None` when it ran out before this waiter could use it.
+    async fn take_granted(
+        &mut self,
+        fence: u64,
+        sent: Instant,
+    ) -> Result<Option<Arc<Lease>>, LockError> {
+        let request = self.request;
+        let (ttl, drift, attempts) = (request.ttl, request.drift, self.attempts);
+        let arrived = Instant::now();
+        let fence = request.fence_key.is_some().then_some(fence);
+        if sent + ttl.saturating_sub(drift) > arrived + ttl / 2 {
+            tracing::debug!(target: "lockmacro", fence, attempts, "handed over");
+            return Ok(Some(self.lease(fence, arrived, sent, None)));
+        }
+        // Waited long: confirm, and count the lease from now.
+        let confirm = Instant::now();
+        if request
+            .backend
+            .refresh(&request.wire_keys, request.token(), ttl)
+            .await?
+        {
+            if request.trusted(confirm) {
+                tracing::debug!(target: "lockmacro", fence, attempts, "handed over, confirmed");
+                return Ok(Some(self.lease(fence, arrived, confirm, None)));
+            }
+            // Confirmed too late to be trusted: give it back.
+            self.claim.give_back().await;
+        }
+        Ok(None)
+    }
+
+    /// The lease the keys are now held under, counted from `sent`, when the
+    /// request that confirmed it was sent; `granted_until`, the end of a
+    /// grant lease not confirmed yet, which the deadline does not pass until
+    /// it is. Counted as obtained before the caller can see it.
+    fn lease(
+        &mut self,
+        fence: Option<u64>,
+        acquired_at: Instant,
+        sent: Instant,
+        granted_until: Option<Instant>,
+    ) -> Arc<Lease> {
+        let request = self.request;
+        self.claim.armed = false;
+        metrics::obtained(self.labels, self.start.elapsed());
+        let hold_until = request.opts.max_hold.map(|hold| acquired_at + hold);
+        let mut timing = Timing::new(request.ttl, sent, request.drift, hold_until);
+        if let Some(until) = granted_until {
+            timing.deadline = timing.deadline.min(until);
+        }
+        Arc::new(Lease {
+            backend: request.backend.clone(),
+            keys: request.keys.clone().into_boxed_slice(),
+            namespaced: (request.wire_keys != request.keys)
+                .then(|| request.wire_keys.clone().into_boxed_slice()),
+            token: request.token,
+            metadata: request.opts.metadata.as_str().into(),
+            fence,
+            share: request.opts.share,
+            acquired_at,
+            hold_until,
+            timing: Mutex::new(timing),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+            done: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+        })
+    }
+}
