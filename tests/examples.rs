@@ -2,12 +2,10 @@
 //! real Redis, so that the examples cannot rot. `cargo test` builds the
 //! examples next to the test binaries.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 fn example(name: &str) -> Command {
     let deps = std::env::current_exe()

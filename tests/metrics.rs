@@ -4,15 +4,13 @@
 //!
 //! One test in its own binary: the recorder is process-wide.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use lockmacro_runtime::{Locker, ObtainOptions, RedisBackend, RedisConfig};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 /// What the recorder was given for one backend and namespace, summed over
 /// snapshots (each snapshot hands over what came since the last one):
@@ -143,7 +141,7 @@ async fn a_scripted_sequence_is_counted() {
     assert_eq!(recorded.get("lockmacro_obtained_total"), 23.0);
 
     // The other namespace's obtain and busy are apart.
-    let unlabelled = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let unlabelled = server.locker().await;
     let lock = server.expect_ok(
         unlabelled.obtain("a", ttl, ObtainOptions::new()).await,
         "obtain",

@@ -3,8 +3,10 @@
 //! `.stderr` (`tests/ui/fail`). `TRYBUILD=overwrite` rewrites the `.stderr`
 //! files: read each one before committing it.
 
-#[path = "ui/clippy.rs"]
-mod clippy;
+/// `tests/ui/clippy.rs`: annotated functions under `clippy::pedantic`.
+mod ui {
+    mod clippy;
+}
 
 #[test]
 fn ui() {

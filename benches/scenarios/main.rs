@@ -13,8 +13,8 @@
 //! The bench starts its own `redis-server` processes on free 127.0.0.1
 //! ports (from `PATH`, or `LOCKMACRO_REDIS_SERVER`; the cluster needs
 //! `redis-cli`, or `LOCKMACRO_REDIS_CLI`) with the integration tests' kit
-//! (`tests/support`), and stops them at the end. Everything in the client
-//! runs on one tokio thread: the figures compare code paths, not schedulers.
+//! (`testkit/`), and stops them at the end. Everything in the client runs on
+//! one tokio thread: the figures compare code paths, not schedulers.
 //!
 //! Two views, chosen with `--view` (both by default):
 //!
@@ -27,9 +27,6 @@
 //! Each view runs S1 (sequential, Redlock, 64 tasks), `s1-scale`, S2,
 //! `s2-scale`, `queue` and `permits`; S4 and `macro` run once, in the first
 //! view.
-
-#[path = "../../tests/support/mod.rs"]
-mod support;
 
 mod chart;
 mod floor;
@@ -45,10 +42,10 @@ mod stats;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 use crate::place::View;
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -189,7 +186,7 @@ pub struct Servers {
     pub cluster: Option<RedisCluster>,
     /// One etcd member and a 3-member cluster, for the per-backend tables.
     #[cfg(feature = "etcd")]
-    pub etcd: Vec<support::etcd::EtcdCluster>,
+    pub etcd: Vec<lockmacro_testkit::etcd::EtcdCluster>,
 }
 
 impl Servers {
@@ -204,8 +201,8 @@ impl Servers {
         #[cfg(feature = "etcd")]
         let etcd = if args.wants(Scenario::S1Scale) || args.wants(Scenario::S2Scale) {
             vec![
-                support::etcd::EtcdCluster::single(),
-                support::etcd::EtcdCluster::start(3),
+                lockmacro_testkit::etcd::EtcdCluster::single(),
+                lockmacro_testkit::etcd::EtcdCluster::start(3),
             ]
         } else {
             Vec::new()

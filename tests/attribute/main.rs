@@ -2,123 +2,69 @@
 //! annotated function returns, whether its body ran, and what is left in the
 //! store afterwards.
 
-#[path = "../support/mod.rs"]
-mod support;
-
-#[path = "../support/fixture.rs"]
-mod fixture;
 mod outcomes;
 mod permits;
 mod watchdog;
 
-/// One test per case, each on a fixture made by `$fixture`, in a runtime of
-/// the flavour the case asks for (the default when none is given).
-macro_rules! cases_on {
-    ($fixture:expr; $($module:ident::$case:ident $(($($flavor:tt)*))?),* $(,)?) => {
-        $(
-            #[tokio::test$(($($flavor)*))?]
-            async fn $case() {
-                let fixture = $fixture;
-                crate::$module::$case(&fixture).await;
-            }
-        )*
-    };
+/// The cases of every backend's module: the outcomes and the watchdog's.
+mod cases {
+    pub use crate::outcomes::*;
+    pub use crate::watchdog::*;
 }
 
-/// Instantiates every case once per backend.
-///
-/// The in-memory backend runs all but the cases that need servers: one that
-/// can be stopped or frozen, or a key to write or read behind the library's
-/// back (another owner taking the key over, the lease left on it). A store
-/// inside the process has neither.
-///
-/// The cluster, Sentinel and etcd cases share one deployment per backend
-/// (each case in a namespace of its own), but for the cases that stop or
-/// freeze the servers, which get servers of their own.
-macro_rules! attribute_suite {
-    (
-        anywhere: [$($any:tt)*],
-        on_servers: [$($servers:tt)*],
-        on_own_servers: [$($own:tt)*] $(,)?
-    ) => {
-        mod on_redis {
-            cases_on!(crate::fixture::Fixture::redis().await; $($any)* $($servers)* $($own)*);
-        }
-
-        mod on_cluster {
-            cases_on!(crate::fixture::Fixture::cluster().await; $($any)* $($servers)*);
-            cases_on!(crate::fixture::Fixture::own_cluster().await; $($own)*);
-        }
-
-        mod on_redlock {
-            cases_on!(crate::fixture::Fixture::redlock().await; $($any)* $($servers)* $($own)*);
-        }
-
-        mod on_memory {
-            cases_on!(crate::fixture::Fixture::memory(); $($any)*);
-        }
-
-        mod on_sentinel {
-            cases_on!(crate::fixture::Fixture::sentinel().await; $($any)* $($servers)*);
-            cases_on!(crate::fixture::Fixture::own_sentinel().await; $($own)*);
-        }
-
-        #[cfg(feature = "etcd")]
-        mod on_etcd {
-            cases_on!(crate::fixture::Fixture::etcd().await; $($any)* $($servers)*);
-            cases_on!(crate::fixture::Fixture::own_etcd().await; $($own)*);
-        }
-    };
+// Every case, once per backend that can run it, in a runtime of the flavour
+// the case asks for (the default when none is given).
+//
+// The stores in this process (the memory backend, one written outside the
+// crate) run all but the cases that need servers: one that can be stopped or
+// frozen, or a key to write or read behind the library's back (another owner
+// taking the key over, the lease left on it). A store inside the process has
+// neither.
+//
+// The cluster, Sentinel and etcd cases share one deployment per backend
+// (each case in a namespace of its own), but for the cases that stop or
+// freeze the servers, which get servers of their own.
+lockmacro_testkit::for_each_backend! {
+    runtime: (),
+    cases: [crate::cases],
+    { needs: [], servers: shared } => [
+        busy_under_error_returns_not_obtained_and_skips_the_body,
+        busy_under_skip_returns_the_skipped_value_for_each_return_type,
+        return_releases_the_lock_before_the_value_comes_back,
+        question_mark_return_releases_the_lock,
+        panic_releases_the_lock_before_the_panic_resumes,
+        cancellation_stops_the_watchdog_and_releases_in_the_background,
+        design_card_line_locks_the_key_of_the_argument,
+        wait_obtains_once_the_holder_releases,
+        wait_gives_up_at_its_deadline,
+        fence_tokens_increase_per_key_and_guard_exposes_the_lock,
+        several_keys_are_taken_all_or_nothing,
+        nested_call_on_a_held_key_reenters_and_other_tasks_still_contend,
+        body_longer_than_the_ttl_keeps_the_lock(flavor = "multi_thread", worker_threads = 2),
+        no_task_outlives_its_lock(flavor = "current_thread"),
+        max_hold_aborts_a_body_that_runs_too_long,
+    ],
+    { needs: [Servers], servers: shared } => [
+        hold_at_least_keeps_the_key_after_the_body_ends,
+        lost_lease_under_abort_drops_the_body_and_returns_lost,
+        lost_lease_under_continue_lets_the_body_finish,
+    ],
+    { needs: [Servers], servers: own } => [
+        backend_down_returns_a_backend_error_or_the_skipped_value,
+        lease_is_lost_on_its_local_deadline_while_redis_is_unreachable,
+    ],
 }
-
-attribute_suite!(
-    anywhere: [
-        outcomes::busy_under_error_returns_not_obtained_and_skips_the_body,
-        outcomes::busy_under_skip_returns_the_skipped_value_for_each_return_type,
-        outcomes::return_releases_the_lock_before_the_value_comes_back,
-        outcomes::question_mark_return_releases_the_lock,
-        outcomes::panic_releases_the_lock_before_the_panic_resumes,
-        outcomes::cancellation_stops_the_watchdog_and_releases_in_the_background,
-        outcomes::design_card_line_locks_the_key_of_the_argument,
-        outcomes::wait_obtains_once_the_holder_releases,
-        outcomes::wait_gives_up_at_its_deadline,
-        outcomes::fence_tokens_increase_per_key_and_guard_exposes_the_lock,
-        outcomes::several_keys_are_taken_all_or_nothing,
-        outcomes::nested_call_on_a_held_key_reenters_and_other_tasks_still_contend,
-        watchdog::body_longer_than_the_ttl_keeps_the_lock(flavor = "multi_thread", worker_threads = 2),
-        watchdog::no_task_outlives_its_lock(flavor = "current_thread"),
-        watchdog::max_hold_aborts_a_body_that_runs_too_long,
-    ],
-    on_servers: [
-        outcomes::hold_at_least_keeps_the_key_after_the_body_ends,
-        watchdog::lost_lease_under_abort_drops_the_body_and_returns_lost,
-        watchdog::lost_lease_under_continue_lets_the_body_finish,
-    ],
-    on_own_servers: [
-        outcomes::backend_down_returns_a_backend_error_or_the_skipped_value,
-        watchdog::lease_is_lost_on_its_local_deadline_while_redis_is_unreachable,
-    ],
-);
 
 /// `permits = N` on the backends that keep permits.
-macro_rules! permit_suite {
-    ($($case:ident),* $(,)?) => {
-        mod permits_on_redis {
-            cases_on!(crate::fixture::Fixture::redis().await; $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
-        }
-
-        mod permits_on_cluster {
-            cases_on!(crate::fixture::Fixture::cluster().await; $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
-        }
-
-        mod permits_on_memory {
-            cases_on!(crate::fixture::Fixture::memory(); $(permits::$case(flavor = "multi_thread", worker_threads = 2)),*);
-        }
-    };
+mod permits_on {
+    lockmacro_testkit::for_each_backend! {
+        needs: [Shares],
+        servers: shared,
+        runtime: (flavor = "multi_thread", worker_threads = 2),
+        cases: crate::permits::[
+            a_third_call_skips_while_two_permits_are_held,
+            waiting_calls_never_exceed_the_permits,
+            readers_run_together_and_the_writer_alone,
+        ],
+    }
 }
-
-permit_suite!(
-    a_third_call_skips_while_two_permits_are_held,
-    waiting_calls_never_exceed_the_permits,
-    readers_run_together_and_the_writer_alone,
-);

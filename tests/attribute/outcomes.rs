@@ -5,7 +5,7 @@ use std::time::Duration;
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
 use tokio::sync::oneshot;
 
-use crate::fixture::Fixture;
+use lockmacro_testkit::Fixture;
 
 const LONG: Duration = Duration::from_secs(30);
 

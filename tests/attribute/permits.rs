@@ -9,7 +9,7 @@ use std::time::Duration;
 use lockmacro_runtime::{LockError, Locker, distributed_lock};
 use tokio::sync::watch;
 
-use crate::fixture::Fixture;
+use lockmacro_testkit::Fixture;
 
 struct Api {
     locker: Locker,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, distributed_lock};
 use tokio::sync::oneshot;
 
-use crate::fixture::Fixture;
+use lockmacro_testkit::Fixture;
 
 /// Sets its flag when dropped: shows that a body's future was dropped.
 struct DropFlag(Arc<AtomicBool>);

@@ -9,11 +9,11 @@ use std::time::Duration;
 use lockmacro_runtime::{
     BackendErrorKind, ClusterBackend, LockError, Locker, ObtainOptions, RedisConfig,
 };
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
-use crate::witness;
+use lockmacro_testkit::witness::counter as witness;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -21,13 +21,6 @@ async fn start() -> RedisCluster {
     tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
-}
-
-async fn locker(cluster: &RedisCluster) -> Locker {
-    match Locker::cluster(cluster.seeds()).await {
-        Ok(locker) => locker,
-        Err(err) => cluster.fail(format_args!("connect: {err}")),
-    }
 }
 
 /// Unwraps `result`, or panics with `what`, the error and every node's log.
@@ -110,7 +103,7 @@ async fn mutual_exclusion_witness_loses_no_update() {
     let counter = RedisServer::start();
     let mut lockers = Vec::new();
     for _ in 0..witness::TASKS {
-        lockers.push(locker(&cluster).await);
+        lockers.push(cluster.locker().await);
     }
     let total = witness::increments(lockers, &counter, Duration::from_secs(10)).await;
     assert_eq!(total, (witness::TASKS * witness::ROUNDS) as i64);
@@ -119,7 +112,7 @@ async fn mutual_exclusion_witness_loses_no_update() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_in_different_slots_are_refused_before_anything_is_sent() {
     let cluster = start().await;
-    let locker = locker(&cluster).await;
+    let locker = cluster.locker().await;
     assert_ne!(cluster.slot("account:1"), cluster.slot("account:2"));
     let sent_before: Vec<u64> = cluster.nodes().iter().map(script_commands).collect();
 
@@ -164,7 +157,7 @@ async fn keys_in_different_slots_are_refused_before_anything_is_sent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_sharing_a_hash_tag_are_taken_together() {
     let cluster = start().await;
-    let (a, b) = (locker(&cluster).await, locker(&cluster).await);
+    let (a, b) = (cluster.locker().await, cluster.locker().await);
 
     // The suite's multi-key cases, with keys that share a slot.
     let held = ok(
@@ -226,7 +219,7 @@ async fn keys_sharing_a_hash_tag_are_taken_together() {
 async fn moved_redirection_is_followed() {
     let cluster = start().await;
     // Connected before the slot moves: its slot map is stale afterwards.
-    let locker = locker(&cluster).await;
+    let locker = cluster.locker().await;
     let slot = cluster.slot("job").to_string();
     let source = cluster.master_for("job");
     let target = other_master(&cluster, source);
@@ -269,7 +262,7 @@ async fn moved_redirection_is_followed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_redirection_is_followed_during_a_migration() {
     let cluster = start().await;
-    let (a, b) = (locker(&cluster).await, locker(&cluster).await);
+    let (a, b) = (cluster.locker().await, cluster.locker().await);
     let slot = cluster.slot("job").to_string();
     let source = cluster.master_for("job");
     let target = other_master(&cluster, source);
@@ -339,7 +332,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failover_keeps_a_replicated_lock_and_lockers_carry_on() {
     let cluster = start().await;
-    let (a, b) = (locker(&cluster).await, locker(&cluster).await);
+    let (a, b) = (cluster.locker().await, cluster.locker().await);
     let lock = ok(
         &cluster,
         a.obtain("job", LONG, ObtainOptions::new().fence()).await,
@@ -383,7 +376,7 @@ async fn failover_keeps_a_replicated_lock_and_lockers_carry_on() {
     let log: Arc<Mutex<Log>> = Arc::default();
     let workload = {
         let (locker, keys, stop, log) = (
-            locker(&cluster).await,
+            cluster.locker().await,
             keys.clone(),
             stop.clone(),
             log.clone(),

@@ -7,7 +7,7 @@ use lockmacro_runtime::{
     BackendErrorKind, ClusterBackend, LockError, Locker, ObtainOptions, RedisConfig,
 };
 
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::cluster::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_without_any_master_fails_after_the_budget_with_a_clear_error() {

@@ -11,7 +11,7 @@ use lockmacro_runtime::{
 };
 use tokio::time::Instant;
 
-use crate::support::etcd::EtcdCluster;
+use lockmacro_testkit::etcd::EtcdCluster;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -19,13 +19,6 @@ async fn start() -> EtcdCluster {
     tokio::task::spawn_blocking(EtcdCluster::single)
         .await
         .expect("starting etcd")
-}
-
-async fn locker(cluster: &EtcdCluster) -> Locker {
-    match Locker::etcd(cluster.endpoints()).await {
-        Ok(locker) => locker,
-        Err(err) => cluster.fail(format_args!("connect: {err:?}")),
-    }
 }
 
 async fn client(cluster: &EtcdCluster) -> Client {
@@ -45,7 +38,7 @@ async fn kv(client: &mut Client, key: &str) -> Option<etcd_client::KeyValue> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_tokens_are_create_revisions_and_grow_across_releases_lockers_keys_and_expiry() {
     let cluster = start().await;
-    let (a, b) = (locker(&cluster).await, locker(&cluster).await);
+    let (a, b) = (cluster.locker().await, cluster.locker().await);
     let mut etcd = client(&cluster).await;
     let fenced = || ObtainOptions::new().fence();
 
@@ -83,7 +76,7 @@ async fn fence_tokens_are_create_revisions_and_grow_across_releases_lockers_keys
 async fn fence_tokens_keep_growing_after_the_member_restarts() {
     let cluster = start().await;
     let before = {
-        let a = locker(&cluster).await;
+        let a = cluster.locker().await;
         let lock = a
             .obtain("job", LONG, ObtainOptions::new().fence())
             .await
@@ -98,7 +91,7 @@ async fn fence_tokens_keep_growing_after_the_member_restarts() {
     })
     .await
     .unwrap();
-    let b = locker(&cluster).await;
+    let b = cluster.locker().await;
     let lock = b
         .obtain("job", LONG, ObtainOptions::new().fence())
         .await
@@ -115,7 +108,7 @@ async fn fence_tokens_keep_growing_after_the_member_restarts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explicit_fence_key_is_written_with_the_lock_and_namespaced() {
     let cluster = start().await;
-    let billing = locker(&cluster).await.with_namespace("billing");
+    let billing = cluster.locker().await.with_namespace("billing");
     let mut etcd = client(&cluster).await;
     let lock = billing
         .obtain("a", LONG, ObtainOptions::new().fence_key("shared"))
@@ -143,7 +136,7 @@ async fn explicit_fence_key_is_written_with_the_lock_and_namespaced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subsecond_ttl_is_rounded_up_on_the_server_and_trusted_locally_for_what_was_asked() {
     let cluster = start().await;
-    let a = locker(&cluster).await;
+    let a = cluster.locker().await;
     let mut etcd = client(&cluster).await;
     let ttl = Duration::from_millis(500);
     let sent = Instant::now();
@@ -167,7 +160,7 @@ async fn subsecond_ttl_is_rounded_up_on_the_server_and_trusted_locally_for_what_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_is_woken_by_the_release_through_a_watch() {
     let cluster = start().await;
-    let (a, b) = (locker(&cluster).await, locker(&cluster).await);
+    let (a, b) = (cluster.locker().await, cluster.locker().await);
     let held = a.obtain("job", LONG, ObtainOptions::new()).await.unwrap();
     let waiting = ObtainOptions::new()
         .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(20)));
@@ -194,7 +187,7 @@ async fn waiter_is_woken_by_the_release_through_a_watch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_members_are_skipped_and_named_when_none_answers() {
     let cluster = start().await;
-    let dead: Vec<String> = crate::support::redis::free_ports(2)
+    let dead: Vec<String> = lockmacro_testkit::redis::free_ports(2)
         .into_iter()
         .map(|port| format!("http://127.0.0.1:{port}"))
         .collect();
@@ -224,7 +217,7 @@ async fn unreachable_members_are_skipped_and_named_when_none_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_takes_up_to_64_keys_and_more_are_refused_with_the_reason() {
     let cluster = start().await;
-    let a = locker(&cluster).await;
+    let a = cluster.locker().await;
     let keys: Vec<String> = (0..65).map(|i| format!("k{i:02}")).collect();
     let err = a
         .obtain_many(&keys, LONG, ObtainOptions::new())

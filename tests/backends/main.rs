@@ -3,9 +3,6 @@
 //! mutual exclusion while nodes fail. The behaviours every backend shares run
 //! in `tests/runtime` (`on_cluster`, `on_redlock`).
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod cluster;
 mod cluster_failover;
 #[cfg(feature = "etcd")]
@@ -13,4 +10,3 @@ mod etcd;
 mod redlock;
 mod replicas;
 mod sentinel;
-mod witness;

@@ -7,11 +7,11 @@ use std::time::Duration;
 use lockmacro_runtime::{
     BackendErrorKind, LockError, Locker, ObtainOptions, RedisConfig, RedlockBackend, RetryStrategy,
 };
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::proxy::Proxy;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::proxy::Proxy;
-use crate::witness;
+use lockmacro_testkit::witness::counter as witness;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -19,29 +19,9 @@ fn urls(masters: &[RedisServer]) -> Vec<String> {
     masters.iter().map(RedisServer::url).collect()
 }
 
-/// Panics with `what`, the error and the log of every master.
-#[track_caller]
-fn fail(masters: &[RedisServer], what: impl std::fmt::Display) -> ! {
-    let logs: Vec<String> = masters
-        .iter()
-        .map(|master| {
-            format!(
-                "--- log of master on port {} ---\n{}",
-                master.port(),
-                master.log().trim_end()
-            )
-        })
-        .collect();
-    panic!("{what}\n{}\n--- end of logs ---", logs.join("\n"))
-}
-
 #[track_caller]
 fn ok<T>(masters: &[RedisServer], result: Result<T, LockError>, what: &str) -> T {
-    result.unwrap_or_else(|err| fail(masters, format_args!("{what}: {err}")))
-}
-
-async fn locker(masters: &[RedisServer]) -> Locker {
-    ok(masters, Locker::redlock(urls(masters)).await, "connect")
+    result.unwrap_or_else(|err| RedisServer::fail_all(masters, format_args!("{what}: {err}")))
 }
 
 /// A locker whose calls to a frozen master give up soon.
@@ -71,7 +51,7 @@ async fn eventually(masters: &[RedisServer], what: &str, done: impl Fn() -> bool
     let deadline = Instant::now() + Duration::from_secs(5);
     while !done() {
         if Instant::now() > deadline {
-            fail(masters, format_args!("not within 5 s: {what}"));
+            RedisServer::fail_all(masters, format_args!("not within 5 s: {what}"));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -92,7 +72,7 @@ async fn mutual_exclusion_witness_loses_no_update() {
     let counter = RedisServer::start();
     let mut lockers = Vec::new();
     for _ in 0..witness::TASKS {
-        lockers.push(locker(&masters).await);
+        lockers.push(RedisServer::redlock_locker(&masters).await);
     }
     let total = witness::increments(lockers, &counter, Duration::from_secs(10)).await;
     assert_eq!(total, (witness::TASKS * witness::ROUNDS) as i64);
@@ -101,7 +81,7 @@ async fn mutual_exclusion_witness_loses_no_update() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_is_the_same_plain_key_on_every_master() {
     let masters = RedisServer::start_many(3);
-    let locker = locker(&masters).await;
+    let locker = RedisServer::redlock_locker(&masters).await;
     let lock = ok(
         &masters,
         locker
@@ -132,7 +112,10 @@ async fn the_lock_is_the_same_plain_key_on_every_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn works_with_two_of_five_masters_down() {
     let mut masters = RedisServer::start_many(5);
-    let (a, b) = (locker(&masters).await, locker(&masters).await);
+    let (a, b) = (
+        RedisServer::redlock_locker(&masters).await,
+        RedisServer::redlock_locker(&masters).await,
+    );
     masters[1].stop();
     masters[3].stop();
     let up = [0, 2, 4];
@@ -185,7 +168,7 @@ async fn works_with_two_of_five_masters_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refuses_with_three_of_five_masters_down() {
     let mut masters = RedisServer::start_many(5);
-    let locker = locker(&masters).await;
+    let locker = RedisServer::redlock_locker(&masters).await;
     for index in [0, 2, 4] {
         masters[index].stop();
     }
@@ -446,7 +429,7 @@ async fn requests_go_to_every_master_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_frozen_masters_of_five_do_not_slow_down_obtain() {
     let masters = RedisServer::start_many(5);
-    let locker = locker(&masters).await;
+    let locker = RedisServer::redlock_locker(&masters).await;
     masters[0].pause();
     masters[4].pause();
     // The per-master timeout for a 30 s ttl is 3 s; a majority answers at once.
@@ -493,7 +476,7 @@ async fn a_majority_that_answers_after_the_validity_is_no_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_tokens_increase_when_majorities_differ() {
     let mut masters = RedisServer::start_many(3);
-    let locker = locker(&masters).await;
+    let locker = RedisServer::redlock_locker(&masters).await;
     let fenced = || ObtainOptions::new().fence();
     // Counters drift apart when a master grants an attempt that fails
     // elsewhere; made here by hand, far above the clock-seeded counters the
@@ -545,7 +528,7 @@ async fn fence_tokens_increase_when_majorities_differ() {
 async fn a_master_down_at_connect_joins_when_it_comes_up() {
     let mut masters = RedisServer::start_many(3);
     masters[2].stop();
-    let locker = locker(&masters).await;
+    let locker = RedisServer::redlock_locker(&masters).await;
     let lock = ok(
         &masters,
         locker.obtain("job", LONG, ObtainOptions::new()).await,
@@ -569,7 +552,7 @@ async fn a_master_down_at_connect_joins_when_it_comes_up() {
             break;
         }
         if Instant::now() > deadline {
-            fail(&masters, "the restarted master never joined");
+            RedisServer::fail_all(&masters, "the restarted master never joined");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

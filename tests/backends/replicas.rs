@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);
 /// Long enough for a replica on a loaded machine; shorter than the response
@@ -115,7 +115,7 @@ async fn server_with_a_replica_has_it_acknowledge_the_lock() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let locker = master.expect_ok(Locker::connect(&master.url()).await, "connect");
+    let locker = master.locker().await;
 
     let lock = master.expect_ok(
         locker.obtain("job", TTL, replicated(GENEROUS)).await,
@@ -141,8 +141,8 @@ async fn server_with_a_replica_has_it_acknowledge_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_without_replicas_fails_the_wait_and_keeps_nothing() {
     let server = RedisServer::start();
-    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let other = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let locker = server.locker().await;
+    let other = server.locker().await;
 
     let result = locker.obtain("job", TTL, replicated(SHORT).fence()).await;
     expect_not_replicated(result, "job", &|| server.log());
@@ -224,7 +224,7 @@ async fn pay_out(locker: &Locker, id: u64) -> Result<u64, LockError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attribute_replicas_runs_the_body_only_once_replicated() {
     let server = RedisServer::start();
-    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let locker = server.locker().await;
     // One server, no replica: the body never runs.
     match pay_out(&locker, 7).await {
         Err(LockError::NotReplicated { key, wanted: 1, .. }) if key == "payout:7" => {}

@@ -1,5 +1,5 @@
 //! `SentinelBackend` against real `redis-sentinel` processes: one master, two
-//! replicas, three sentinels (`support/sentinel.rs`). The master is killed
+//! replicas, three sentinels (`testkit/src/sentinel.rs`). The master is killed
 //! (SIGKILL) and the tests wait for the sentinels to promote a replica, asking
 //! them, then check what the lockers do on the new master.
 //!
@@ -16,9 +16,9 @@ use lockmacro_runtime::{
     SentinelBackend,
 };
 
-use crate::support::RedisServer;
-use crate::support::sentinel::{MASTER_NAME, RedisSentinel};
-use crate::support::tls::TestCa;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::sentinel::{MASTER_NAME, RedisSentinel};
+use lockmacro_testkit::tls::TestCa;
 
 const TTL: Duration = Duration::from_secs(30);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);

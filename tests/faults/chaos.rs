@@ -15,11 +15,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use lockmacro_runtime::{
     FencedStore, LockError, Locker, RedisBackend, RedisConfig, distributed_lock,
 };
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::proxy::Proxy;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::proxy::Proxy;
-use crate::witness::Witness;
+use lockmacro_testkit::witness::Witness;
 
 const WORKERS: usize = 8;
 const TTL: Duration = Duration::from_secs(1);

@@ -7,10 +7,10 @@ use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use lockmacro_runtime::{Locker, ObtainOptions, RetryStrategy};
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 use crate::process::{Holder, rerun_as_child};
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
 
 /// Set, to `redis <url>` or `cluster <seed>,<seed>,…`, for a child process
 /// that queues as a fair waiter and then waits to be killed.

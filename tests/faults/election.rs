@@ -16,7 +16,7 @@ use std::time::Duration;
 use lockmacro_runtime::{FencedStore, Locker, RedisBackend, RedisConfig};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 const ROLE: &str = "scheduler";
 const TTL: Duration = Duration::from_secs(1);
@@ -156,7 +156,7 @@ async fn stopped_leader_does_not_act_in_its_old_term_and_its_stale_write_is_refu
     // resumed, and its watchdog is stopped too.
     signal(&leader.0, libc::SIGSTOP);
     let stopped = tokio::time::Instant::now();
-    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let locker = server.locker().await;
     let store = server.expect_ok(FencedStore::connect(&server.url()).await, "store");
     let election = locker.election(ROLE, TTL).metadata("parent");
     let parent = tokio::time::timeout(BOUND, election.campaign())

@@ -19,8 +19,8 @@ use lockmacro_runtime::{EtcdBackend, EtcdConfig, LockError, Locker, ObtainOption
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::support::etcd::EtcdCluster;
-use crate::support::proxy::Proxy;
+use lockmacro_testkit::etcd::EtcdCluster;
+use lockmacro_testkit::proxy::Proxy;
 
 /// The key of the fenced resource, and of the token it last accepted.
 const RESOURCE: &str = "resource";

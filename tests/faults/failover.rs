@@ -11,10 +11,10 @@ use std::time::Duration;
 use lockmacro_runtime::{
     BackendErrorKind, ClusterBackend, FencedStore, LockError, Locker, RedisConfig, distributed_lock,
 };
+use lockmacro_testkit::cluster::RedisCluster;
 use tokio::time::Instant;
 
-use crate::support::cluster::RedisCluster;
-use crate::witness::Witness;
+use lockmacro_testkit::witness::Witness;
 
 const WORKERS: usize = 6;
 const TTL: Duration = Duration::from_secs(1);

@@ -18,8 +18,8 @@ use lockmacro_runtime::{
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-use crate::support::RedisServer;
-use crate::support::proxy::Proxy;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::proxy::Proxy;
 
 /// A locker on `url` that waits `response_timeout` for each reply.
 async fn locker_with(server: &RedisServer, url: &str, response_timeout: Duration) -> Locker {
@@ -112,7 +112,7 @@ async fn cancelled_obtains_leave_no_key_behind() {
     let server = RedisServer::start();
     let proxy = Proxy::in_front_of(&server);
     let locker = locker_with(&server, &proxy.url(), Duration::from_secs(3)).await;
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let contender = server.locker().await;
     let ttl = Duration::from_secs(60);
     // A round trip of 4 ms, so that the timeouts below (whole milliseconds,
     // as tokio's timer counts) cancel calls at every stage of the acquire:
@@ -167,7 +167,7 @@ async fn acquire_that_times_out_gives_back_what_its_late_request_took() {
     let server = RedisServer::start();
     let proxy = Proxy::in_front_of(&server);
     let locker = locker_with(&server, &proxy.url(), Duration::from_millis(300)).await;
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let contender = server.locker().await;
     proxy.latency(Duration::from_millis(250));
 
     let err = locker
@@ -259,7 +259,7 @@ async fn paused_holder_process_neither_writes_nor_returns_ok_after_its_lease() {
         early.is_empty(),
         "the holder wrote before it was frozen ({early:?}): freezing it took longer than {BODY_TIMER:?}"
     );
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let contender = server.locker().await;
     let lock = server.expect_ok(
         contender
             .obtain(

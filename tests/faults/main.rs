@@ -3,13 +3,10 @@
 //! or broken network) shown against real `redis-server` processes, with ttls
 //! around a second so that it runs in bounded time.
 //!
-//! Exclusion is checked by a witness (`witness.rs`) that does not trust the
-//! lock: it records every critical section on the monotonic clock and checks
-//! that none overlap, that no update is lost and that no stale fenced write is
-//! accepted.
-
-#[path = "../support/mod.rs"]
-mod support;
+//! Exclusion is checked by a witness (`lockmacro_testkit::witness`) that does
+//! not trust the lock: it records every critical section on the monotonic
+//! clock and checks that none overlap, that no update is lost and that no
+//! stale fenced write is accepted.
 
 mod chaos;
 mod dead_waiter;
@@ -23,4 +20,3 @@ mod pause;
 mod permits;
 mod process;
 mod restart;
-mod witness;

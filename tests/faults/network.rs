@@ -12,8 +12,8 @@ use lockmacro_runtime::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::proxy::Proxy;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::proxy::Proxy;
 
 const TTL: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
@@ -116,7 +116,7 @@ async fn black_hole_while_held_loses_the_lease_on_its_local_deadline() {
     let server = RedisServer::start();
     let proxy = Proxy::in_front_of(&server);
     let holder = through(&proxy, &server).await;
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let contender = server.locker().await;
 
     #[distributed_lock(key = "job", ttl = "1s", locker = locker, on_lost = "abort", guard = lease)]
     async fn job(

@@ -11,7 +11,7 @@ use lockmacro_runtime::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -40,8 +40,8 @@ impl Drop for RecordStop<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_server_holder_stops_on_its_deadline_before_a_second_holder_gets_in() {
     let server = RedisServer::start();
-    let holder = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let holder = server.locker().await;
+    let contender = server.locker().await;
 
     #[distributed_lock(key = "job", ttl = "1s", locker = locker, on_lost = "abort", guard = lease)]
     async fn job(

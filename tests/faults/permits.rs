@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockmacro_runtime::{HoldOptions, LockGuard, Locker, ObtainOptions, RetryStrategy};
+use lockmacro_testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::process::rerun_as_child;
-use crate::support::RedisServer;
 
 /// Set, to the server's URL, for the child processes that hold permits.
 const HOLDER_ENV: &str = "LOCKMACRO_FAULTS_PERMIT_HOLDER";
@@ -61,7 +61,7 @@ async fn killed_holders_give_their_permits_back_after_their_ttl_never_sooner() {
         holders.push(holder);
     }
 
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let contender = server.locker().await;
     let refused = contender
         .obtain("api", TTL, ObtainOptions::new().permits(PERMITS))
         .await;
@@ -162,7 +162,7 @@ async fn freeze_while_held(
     let entered = Arc::new(tokio::sync::Notify::new());
     let mut running = Vec::new();
     for (options, sections) in workers {
-        let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+        let locker = server.locker().await;
         let (stop, entered) = (stop.clone(), entered.clone());
         running.push(tokio::spawn(async move {
             let mut lost = 0;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 /// Set, to the server's URL, for the child process that holds the lock.
 const HOLDER_ENV: &str = "LOCKMACRO_FAULTS_HOLDER";
@@ -66,7 +66,7 @@ async fn holder_killed_mid_body_frees_the_lock_once_its_lease_ends() {
         .unwrap()
         .expect("the holder exited without getting inside");
 
-    let contender = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let contender = server.locker().await;
     let refused = contender.obtain("job", TTL, ObtainOptions::new()).await;
     assert!(
         refused.is_err_and(|err| err.is_not_obtained()),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockmacro_runtime::{FencedStore, LockError, Locker, MemoryBackend, ObtainOptions};
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 const TTL: Duration = Duration::from_secs(3);
 const REFRESH: Duration = Duration::from_secs(2);
@@ -18,8 +18,8 @@ async fn restart_loses_the_lease_but_fence_tokens_keep_increasing() {
     let mut server = RedisServer::start();
     let resource = RedisServer::start();
     let store = resource.expect_ok(FencedStore::connect(&resource.url()).await, "connect");
-    let holder = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let newcomer = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let holder = server.locker().await;
+    let newcomer = server.locker().await;
 
     // Several acquisitions before the restart, so that the old counter is
     // past its seed.

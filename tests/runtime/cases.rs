@@ -7,7 +7,7 @@ use std::time::Duration;
 use lockmacro_runtime::{HoldOptions, LockError, ObtainOptions, RetryStrategy};
 use tokio::time::Instant;
 
-use crate::fixture::Fixture;
+use lockmacro_testkit::Fixture;
 
 const LONG: Duration = Duration::from_secs(30);
 

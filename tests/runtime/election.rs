@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{Leadership, LockError, Locker, MemoryBackend};
+use lockmacro_runtime::{Leadership, LockError, Locker};
+use lockmacro_testkit::Fixture;
+use lockmacro_testkit::RedisServer;
 
-use crate::fixture::Fixture;
-use crate::support::RedisServer;
 use crate::wakeup::{calls, commands, listeners};
 
 const ROLE: &str = "scheduler";
@@ -168,78 +168,21 @@ pub async fn dropped_waiting_campaigns_leave_nothing_behind(fx: &Fixture) {
     fx.check(next.resign().await, "resign");
 }
 
-macro_rules! on_backends {
-    ($($(#[$attr:meta])* $backend:ident: $fixture:expr => [$($case:ident),* $(,)?];)*) => {
-        $(
-            $(#[$attr])*
-            mod $backend {
-                $(
-                    on_backends!(@case $case, $fixture);
-                )*
-            }
-        )*
-    };
-    // One thread, so that the body's pause stops the watchdog.
-    (@case run_campaigns_again_after_losing_the_role, $fixture:expr) => {
-        #[tokio::test(flavor = "current_thread")]
-        async fn run_campaigns_again_after_losing_the_role() {
-            let fixture = $fixture;
-            super::run_campaigns_again_after_losing_the_role(&fixture).await;
-        }
-    };
-    (@case $case:ident, $fixture:expr) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $case() {
-            let fixture = $fixture;
-            super::$case(&fixture).await;
-        }
-    };
-}
-
-on_backends! {
-    on_redis: crate::fixture::Fixture::redis().await => [
+lockmacro_testkit::for_each_backend! {
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: [crate::election],
+    { needs: [], servers: shared } => [
         terms_increase_across_resignations_and_drops,
-        run_campaigns_again_after_losing_the_role,
+        // One thread, so that the body's pause stops the watchdog.
+        run_campaigns_again_after_losing_the_role(flavor = "current_thread"),
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
-    ];
-    on_cluster: crate::fixture::Fixture::cluster().await => [
-        terms_increase_across_resignations_and_drops,
-        run_campaigns_again_after_losing_the_role,
-        cancelled_campaigns_leave_nothing_behind,
-        dropped_waiting_campaigns_leave_nothing_behind,
-    ];
-    on_redlock: crate::fixture::Fixture::redlock().await => [
-        terms_increase_across_resignations_and_drops,
-        run_campaigns_again_after_losing_the_role,
-        cancelled_campaigns_leave_nothing_behind,
-        dropped_waiting_campaigns_leave_nothing_behind,
-    ];
-    on_memory: crate::fixture::Fixture::memory() => [
-        terms_increase_across_resignations_and_drops,
-        run_campaigns_again_after_losing_the_role,
-        cancelled_campaigns_leave_nothing_behind,
-        dropped_waiting_campaigns_leave_nothing_behind,
-    ];
-    #[cfg(feature = "etcd")]
-    on_etcd: crate::fixture::Fixture::etcd().await => [
-        terms_increase_across_resignations_and_drops,
-        run_campaigns_again_after_losing_the_role,
-        cancelled_campaigns_leave_nothing_behind,
-        dropped_waiting_campaigns_leave_nothing_behind,
-    ];
-    on_a_backend_written_outside_the_crate: crate::fixture::Fixture::outside() => [
-        terms_increase_across_resignations_and_drops,
-        run_campaigns_again_after_losing_the_role,
-        cancelled_campaigns_leave_nothing_behind,
-        dropped_waiting_campaigns_leave_nothing_behind,
-    ];
-    on_sentinel: crate::fixture::Fixture::sentinel().await => [
-        terms_increase_across_resignations_and_drops,
-        run_campaigns_again_after_losing_the_role,
-        cancelled_campaigns_leave_nothing_behind,
-        dropped_waiting_campaigns_leave_nothing_behind,
-    ];
+    ],
+    // The Redis server shows its queue; the memory backend queues a
+    // candidate at its first attempt, made at once.
+    { needs: [FairQueue], only: [Redis, Memory], servers: own } => [
+        fair_election_hands_the_role_to_the_waiting_candidate,
+    ],
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,8 +240,8 @@ async fn term_kept_after_run_is_over_and_holds_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_follower_sends_nothing_while_it_waits_and_is_elected_on_resign() {
     let server = RedisServer::start();
-    let leader_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let follower_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let leader_locker = server.locker().await;
+    let follower_locker = server.locker().await;
     let leader = server.expect_ok(
         leader_locker
             .election(ROLE, TTL)
@@ -348,38 +291,29 @@ async fn redis_follower_sends_nothing_while_it_waits_and_is_elected_on_resign() 
 
 /// With `fair`, a leader that resigns and campaigns again at once cannot
 /// win the role back from a candidate that was already waiting.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_fair_election_hands_the_role_to_the_waiting_candidate() {
-    let server = RedisServer::start();
-    let a = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let b = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let leader = server.expect_ok(a.election(ROLE, TTL).fair().campaign().await, "campaign");
-    let election = b.election(ROLE, TTL).fair();
-    let follower = tokio::spawn(async move { election.campaign().await });
-    for _ in 0..500 {
-        let queued: i64 = server.cmd(&["LLEN", &format!("{{{ROLE}}}:queue")]);
-        if queued == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let queued: i64 = server.cmd(&["LLEN", &format!("{{{ROLE}}}:queue")]);
-    assert_eq!(queued, 1, "the follower did not queue");
-    fair_hand_over(leader, &a, follower).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_fair_election_hands_the_role_to_the_waiting_candidate() {
-    let backend = Arc::new(MemoryBackend::new());
-    let (a, b) = (Locker::new(backend.clone()), Locker::new(backend));
-    let leader = a.election(ROLE, TTL).fair().campaign().await.unwrap();
+async fn fair_election_hands_the_role_to_the_waiting_candidate(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let leader = fx.check(a.election(ROLE, TTL).fair().campaign().await, "campaign");
     let election = b.election(ROLE, TTL).fair();
     let mut follower = tokio::spawn(async move { election.campaign().await });
-    // Queued at its first attempt, made at once on this backend.
-    assert!(
-        tokio::time::timeout(WAITING, &mut follower).await.is_err(),
-        "the follower was elected while another instance leads"
-    );
+    match fx.master() {
+        Some(server) => {
+            for _ in 0..500 {
+                let queued: i64 = server.cmd(&["LLEN", &format!("{{{ROLE}}}:queue")]);
+                if queued == 1 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let queued: i64 = server.cmd(&["LLEN", &format!("{{{ROLE}}}:queue")]);
+            assert_eq!(queued, 1, "the follower did not queue");
+        }
+        // Queued at its first attempt, made at once on this backend.
+        None => assert!(
+            tokio::time::timeout(WAITING, &mut follower).await.is_err(),
+            "the follower was elected while another instance leads"
+        ),
+    }
     fair_hand_over(leader, &a, follower).await;
 }
 

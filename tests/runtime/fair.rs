@@ -8,12 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockmacro_runtime::{
-    Lock, LockError, Locker, MemoryBackend, ObtainOptions, RetryStrategy, distributed_lock,
-};
-
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_runtime::{Lock, LockError, Locker, ObtainOptions, RetryStrategy, distributed_lock};
+use lockmacro_testkit::{Fixture, Kind, RedisServer};
 
 const TTL: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);
@@ -26,86 +22,86 @@ fn fair() -> ObtainOptions {
         .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(30)))
 }
 
-/// Where the waiters of a test queue.
-enum Queue<'a> {
-    Redis(&'a RedisServer),
-    Memory,
-    #[cfg(feature = "etcd")]
-    Etcd(&'a crate::support::etcd::EtcdCluster),
+/// Starts a fair obtain of `key` on `locker`, one of `fx`'s, and returns
+/// once it stands in the queue as its `place`-th waiter (1 = first).
+async fn join(
+    fx: &Fixture,
+    locker: &Locker,
+    key: &str,
+    opts: ObtainOptions,
+    place: i64,
+) -> tokio::task::JoinHandle<Result<Lock, LockError>> {
+    let (locker, owned_key) = (locker.clone(), key.to_owned());
+    let mut obtain = Box::pin(async move { locker.obtain(&owned_key, TTL, opts).await });
+    match fx.kind() {
+        Kind::Redis | Kind::Cluster | Kind::Sentinel => {
+            let server = queue_node(fx, key);
+            // Queued after its first attempt; quiet after the second,
+            // sent once it listens for the hand-off (a locker that has
+            // not listened to the key before needs both).
+            let before = script_calls(server);
+            let waiter = tokio::spawn(obtain);
+            until_queued(server, key, place).await;
+            for _ in 0..500 {
+                if script_calls(server) >= before + 2 {
+                    return waiter;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            server.fail("the waiter did not try again once listening");
+        }
+        #[cfg(feature = "etcd")]
+        Kind::Etcd => {
+            let cluster = fx.etcd_cluster().expect("an etcd fixture");
+            // Queued once its entry is in etcd; a release after that
+            // reaches it whether or not its watch is in place yet: it
+            // tries again once watching.
+            let waiter = tokio::spawn(obtain);
+            let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+                .await
+                .expect("connect to etcd");
+            let prefix = format!("{key}/queue/");
+            for _ in 0..500 {
+                let count = client
+                    .get(
+                        prefix.as_str(),
+                        Some(
+                            etcd_client::GetOptions::new()
+                                .with_prefix()
+                                .with_count_only(),
+                        ),
+                    )
+                    .await
+                    .expect("count the queue")
+                    .count();
+                if count == place {
+                    return waiter;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            cluster.fail(format_args!(
+                "the queue of `{key}` never held {place} waiters"
+            ))
+        }
+        Kind::Memory => {
+            // The memory backend answers at once: one poll takes the
+            // waiter through its attempts to its first wait, queued.
+            tokio::select! {
+                biased;
+                outcome = &mut obtain => panic!("the waiter did not wait: {outcome:?}"),
+                () = std::future::ready(()) => {}
+            }
+            tokio::spawn(obtain)
+        }
+        other => panic!("{other:?} keeps no fair queue"),
+    }
 }
 
-impl Queue<'_> {
-    /// Starts a fair obtain of `key` on `locker` and returns once it stands
-    /// in the queue as its `place`-th waiter (1 = first).
-    async fn join(
-        &self,
-        locker: &Locker,
-        key: &str,
-        opts: ObtainOptions,
-        place: i64,
-    ) -> tokio::task::JoinHandle<Result<Lock, LockError>> {
-        let (locker, owned_key) = (locker.clone(), key.to_owned());
-        let mut obtain = Box::pin(async move { locker.obtain(&owned_key, TTL, opts).await });
-        match self {
-            Queue::Redis(server) => {
-                // Queued after its first attempt; quiet after the second,
-                // sent once it listens for the hand-off (a locker that has
-                // not listened to the key before needs both).
-                let before = script_calls(server);
-                let waiter = tokio::spawn(obtain);
-                until_queued(server, key, place).await;
-                for _ in 0..500 {
-                    if script_calls(server) >= before + 2 {
-                        return waiter;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                server.fail("the waiter did not try again once listening");
-            }
-            #[cfg(feature = "etcd")]
-            Queue::Etcd(cluster) => {
-                // Queued once its entry is in etcd; a release after that
-                // reaches it whether or not its watch is in place yet: it
-                // tries again once watching.
-                let waiter = tokio::spawn(obtain);
-                let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
-                    .await
-                    .expect("connect to etcd");
-                let prefix = format!("{key}/queue/");
-                for _ in 0..500 {
-                    let count = client
-                        .get(
-                            prefix.as_str(),
-                            Some(
-                                etcd_client::GetOptions::new()
-                                    .with_prefix()
-                                    .with_count_only(),
-                            ),
-                        )
-                        .await
-                        .expect("count the queue")
-                        .count();
-                    if count == place {
-                        return waiter;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                cluster.fail(format_args!(
-                    "the queue of `{key}` never held {place} waiters"
-                ))
-            }
-            Queue::Memory => {
-                // The memory backend answers at once: one poll takes the
-                // waiter through its attempts to its first wait, queued.
-                tokio::select! {
-                    biased;
-                    outcome = &mut obtain => panic!("the waiter did not wait: {outcome:?}"),
-                    () = std::future::ready(()) => {}
-                }
-                tokio::spawn(obtain)
-            }
-        }
-    }
+/// The Redis server that holds the queue of `key`: on a cluster, the master
+/// of the queue's slot.
+fn queue_node<'a>(fx: &'a Fixture, key: &str) -> &'a RedisServer {
+    fx.node_for(&format!("{{{key}}}:queue"))
+        .expect("a Redis fixture")
 }
 
 /// Entries in the queue of `key`, read with the harness's own client.
@@ -149,25 +145,12 @@ async fn promptly<T>(what: &str, future: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what}: not within {PROMPTLY:?}"))
 }
 
-async fn redis_lockers(server: &RedisServer, n: usize) -> Vec<Locker> {
-    let mut lockers = Vec::new();
-    for _ in 0..n {
-        lockers.push(server.expect_ok(Locker::connect(&server.url()).await, "connect"));
-    }
-    lockers
-}
-
-fn memory_lockers(n: usize) -> Vec<Locker> {
-    let backend = Arc::new(MemoryBackend::new());
-    (0..n).map(|_| Locker::new(backend.clone())).collect()
-}
-
 /// The waiters on `lockers[1..]`, queued one after the other with `opts`
 /// while `lockers[0]` holds the key with `held` (the whole key, or every
 /// permit), obtain in that order once one holding is given back; each
 /// releases at once, handing its turn to the next.
 async fn served_in_arrival_order(
-    queue: Queue<'_>,
+    fx: &Fixture,
     lockers: Vec<Locker>,
     held: ObtainOptions,
     holdings: usize,
@@ -185,9 +168,7 @@ async fn served_in_arrival_order(
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for (place, locker) in lockers[1..].iter().enumerate() {
-        let waiter = queue
-            .join(locker, "job", opts.clone(), place as i64 + 1)
-            .await;
+        let waiter = join(fx, locker, "job", opts.clone(), place as i64 + 1).await;
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
             let lock = waiter
@@ -213,62 +194,48 @@ async fn served_in_arrival_order(
     assert_eq!(order, (0..lockers.len() - 1).collect::<Vec<_>>());
 }
 
+// The scenarios every backend with a fair queue runs, each on servers of its
+// own: they count the commands a server runs and read its queues.
+lockmacro_testkit::for_each_backend! {
+    needs: [FairQueue],
+    servers: own,
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: crate::fair::[
+        arrival_order_is_respected,
+        waiters_gone_do_not_block_the_queue,
+        ordinary_obtain_does_not_overtake,
+        fair_locks_exclude,
+    ],
+}
+
+mod permits_on {
+    lockmacro_testkit::for_each_backend! {
+        needs: [FairQueue, Shares],
+        servers: own,
+        runtime: (flavor = "multi_thread", worker_threads = 2),
+        cases: crate::fair::[permit_arrival_order_is_respected],
+    }
+}
+
 /// Five waiters, queued one after the other, obtain in that order; each
 /// releases at once, handing the key to the next.
-async fn arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
-    served_in_arrival_order(queue, lockers, ObtainOptions::new(), 1, fair()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_arrival_order_is_respected() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 6).await;
-    arrival_order_is_respected(Queue::Redis(&server), lockers).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_arrival_order_is_respected() {
-    arrival_order_is_respected(Queue::Memory, memory_lockers(6)).await;
+///
+/// On a cluster the queue lives in the lock's slot and releases hand the key
+/// over the same way, and tell the waiter through the node its locker
+/// subscribes on: with a 60 s backoff, waiters only get their turn in time if
+/// they hear the hand-off.
+pub async fn arrival_order_is_respected(fx: &Fixture) {
+    let lockers = fx.lockers(6).await;
+    served_in_arrival_order(fx, lockers, ObtainOptions::new(), 1, fair()).await;
 }
 
 /// Fair waiters for permits: with both of two permits held, four waiters
 /// queue one after the other; giving one permit back hands it down the line
 /// in that order (each releases at once), while the other stays held.
-async fn permit_arrival_order_is_respected(queue: Queue<'_>, lockers: Vec<Locker>) {
+pub async fn permit_arrival_order_is_respected(fx: &Fixture) {
+    let lockers = fx.lockers(5).await;
     let permits = ObtainOptions::new().permits(2);
-    served_in_arrival_order(queue, lockers, permits, 2, fair().permits(2)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_permit_arrival_order_is_respected() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 5).await;
-    permit_arrival_order_is_respected(Queue::Redis(&server), lockers).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_permit_arrival_order_is_respected() {
-    permit_arrival_order_is_respected(Queue::Memory, memory_lockers(5)).await;
-}
-
-/// On a cluster the queue lives in the lock's slot and releases hand the key
-/// over the same way, and tell the waiter through the node its locker
-/// subscribes on: with a 60 s backoff, waiters only get their turn in time if
-/// they hear the hand-off.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_arrival_order_is_respected() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .expect("starting the cluster");
-    let mut lockers = Vec::new();
-    for _ in 0..6 {
-        match Locker::cluster(cluster.seeds()).await {
-            Ok(locker) => lockers.push(locker),
-            Err(err) => cluster.fail(format_args!("connect: {err:?}")),
-        }
-    }
-    let master = cluster.node(cluster.master_for("{job}:queue"));
-    arrival_order_is_respected(Queue::Redis(master), lockers).await;
+    served_in_arrival_order(fx, lockers, permits, 2, fair().permits(2)).await;
 }
 
 /// Waits until the server has run `n` script calls since the last `CONFIG
@@ -289,15 +256,14 @@ async fn until_script_calls(server: &RedisServer, n: u64) {
 /// that extends it to its ttl, moving the lock's local deadline with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 2).await;
+    let fx = Fixture::redis().await;
+    let server = fx.master().expect("one server");
+    let lockers = fx.lockers(2).await;
     let held = server.expect_ok(
         lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
     );
-    let waiter = Queue::Redis(&server)
-        .join(&lockers[1], "job", fair().metadata("next"), 1)
-        .await;
+    let waiter = join(&fx, &lockers[1], "job", fair().metadata("next"), 1).await;
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     server.expect_ok(held.release().await, "release");
     let value: String = server.cmd(&["GET", "job"]);
@@ -307,9 +273,9 @@ async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
         .expect("waiter task")
         .expect("the waiter obtains");
     assert_eq!(value, format!("{}next", lock.token()));
-    until_script_calls(&server, 2).await;
+    until_script_calls(server, 2).await;
     assert_eq!(
-        script_calls(&server),
+        script_calls(server),
         2,
         "the holder's release, then the waiter's confirmation"
     );
@@ -321,7 +287,7 @@ async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
         "the lock's deadline is still the grant lease's: {:?} from now",
         deadline - tokio::time::Instant::now()
     );
-    assert_eq!(queued(&server, "job"), 0);
+    assert_eq!(queued(server, "job"), 0);
     server.expect_ok(lock.release().await, "release");
 }
 
@@ -330,17 +296,16 @@ async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
 /// confirmations, no other attempt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_waiters_send_nothing_between_hand_offs() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 4).await;
+    let fx = Fixture::redis().await;
+    let server = fx.master().expect("one server");
+    let lockers = fx.lockers(4).await;
     let held = server.expect_ok(
         lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
     );
     let mut waiters = Vec::new();
     for (place, locker) in lockers[1..].iter().enumerate() {
-        let waiter = Queue::Redis(&server)
-            .join(locker, "job", fair(), place as i64 + 1)
-            .await;
+        let waiter = join(&fx, locker, "job", fair(), place as i64 + 1).await;
         waiters.push(tokio::spawn(async move {
             let lock = waiter
                 .await
@@ -351,7 +316,7 @@ async fn redis_waiters_send_nothing_between_hand_offs() {
     }
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(script_calls(&server), 0, "queued waiters sent commands");
+    assert_eq!(script_calls(server), 0, "queued waiters sent commands");
     server.expect_ok(held.release().await, "release");
     promptly("the waiters obtain in turn", async {
         for waiter in waiters {
@@ -359,23 +324,24 @@ async fn redis_waiters_send_nothing_between_hand_offs() {
         }
     })
     .await;
-    until_script_calls(&server, 7).await;
-    assert_eq!(script_calls(&server), 7, "releases and confirmations only");
+    until_script_calls(server, 7).await;
+    assert_eq!(script_calls(server), 7, "releases and confirmations only");
 }
 
 /// A waiter whose future is dropped, and one that gives up at its deadline,
 /// leave the queue: the waiter behind them is handed the key.
-async fn waiters_gone_do_not_block_the_queue(queue: Queue<'_>, lockers: Vec<Locker>) {
+pub async fn waiters_gone_do_not_block_the_queue(fx: &Fixture) {
+    let lockers = fx.lockers(4).await;
     let held = lockers[0]
         .obtain("job", TTL, ObtainOptions::new())
         .await
         .expect("obtain");
-    let dropped = queue.join(&lockers[1], "job", fair(), 1).await;
+    let dropped = join(fx, &lockers[1], "job", fair(), 1).await;
     let impatient = ObtainOptions::new()
         .fair()
         .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_millis(200)));
-    let gave_up = queue.join(&lockers[2], "job", impatient, 2).await;
-    let last = queue.join(&lockers[3], "job", fair(), 3).await;
+    let gave_up = join(fx, &lockers[2], "job", impatient, 2).await;
+    let last = join(fx, &lockers[3], "job", fair(), 3).await;
     dropped.abort();
     let gave_up = promptly("the impatient waiter gives up", gave_up)
         .await
@@ -384,8 +350,8 @@ async fn waiters_gone_do_not_block_the_queue(queue: Queue<'_>, lockers: Vec<Lock
         gave_up.as_ref().is_err_and(LockError::is_not_obtained),
         "{gave_up:?}"
     );
-    if let Queue::Redis(server) = &queue {
-        until_queued(server, "job", 1).await;
+    if let Kind::Redis | Kind::Cluster | Kind::Sentinel = fx.kind() {
+        until_queued(queue_node(fx, "job"), "job", 1).await;
     }
     held.release().await.expect("release");
     let lock = promptly("the last waiter is handed the key", last)
@@ -395,25 +361,14 @@ async fn waiters_gone_do_not_block_the_queue(queue: Queue<'_>, lockers: Vec<Lock
     lock.release().await.expect("release");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_waiters_gone_do_not_block_the_queue() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 4).await;
-    waiters_gone_do_not_block_the_queue(Queue::Redis(&server), lockers).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_waiters_gone_do_not_block_the_queue() {
-    waiters_gone_do_not_block_the_queue(Queue::Memory, memory_lockers(4)).await;
-}
-
 /// Entries of waiters that died without leaving, more of them than a
 /// release reads at a time (16), are skipped once they lapse: the live
 /// waiter behind them is handed the key, and the queue is left empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_dead_waiters_are_skipped_after_their_expiry() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 2).await;
+    let fx = Fixture::redis().await;
+    let server = fx.master().expect("one server");
+    let lockers = fx.lockers(2).await;
     let held = server.expect_ok(
         lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
@@ -428,9 +383,7 @@ async fn redis_dead_waiters_are_skipped_after_their_expiry() {
         );
         let _: i64 = server.cmd(&["RPUSH", "{job}:queue", &dead]);
     }
-    let waiter = Queue::Redis(&server)
-        .join(&lockers[1], "job", fair(), DEAD as i64 + 1)
-        .await;
+    let waiter = join(&fx, &lockers[1], "job", fair(), DEAD as i64 + 1).await;
     // Let the dead entries expire (a passage of time, not a synchronisation).
     tokio::time::sleep(Duration::from_millis(400)).await;
     server.expect_ok(held.release().await, "release");
@@ -438,7 +391,7 @@ async fn redis_dead_waiters_are_skipped_after_their_expiry() {
         .await
         .expect("waiter task")
         .expect("the live waiter obtains");
-    assert_eq!(queued(&server, "job"), 0, "lapsed entries left behind");
+    assert_eq!(queued(server, "job"), 0, "lapsed entries left behind");
     server.expect_ok(lock.release().await, "release");
 }
 
@@ -447,8 +400,9 @@ async fn redis_dead_waiters_are_skipped_after_their_expiry() {
 /// in line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_waiter_dropped_deep_in_the_queue_leaves_it() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 2).await;
+    let fx = Fixture::redis().await;
+    let server = fx.master().expect("one server");
+    let lockers = fx.lockers(2).await;
     let held = server.expect_ok(
         lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
@@ -458,11 +412,9 @@ async fn redis_waiter_dropped_deep_in_the_queue_leaves_it() {
         let live = format!(r#"{{"v":"a{n:031x}","t":30000,"e":99999999999999,"f":""}}"#);
         let _: i64 = server.cmd(&["RPUSH", "{job}:queue", &live]);
     }
-    let waiter = Queue::Redis(&server)
-        .join(&lockers[1], "job", fair(), AHEAD + 1)
-        .await;
+    let waiter = join(&fx, &lockers[1], "job", fair(), AHEAD + 1).await;
     waiter.abort();
-    until_queued(&server, "job", AHEAD).await;
+    until_queued(server, "job", AHEAD).await;
     let entries: Vec<String> = server.cmd(&["LRANGE", "{job}:queue", "0", "-1"]);
     assert!(
         entries.iter().all(|entry| entry.contains(r#""v":"a"#)),
@@ -473,12 +425,13 @@ async fn redis_waiter_dropped_deep_in_the_queue_leaves_it() {
 
 /// An ordinary obtain cannot overtake a queued fair waiter: the release hands
 /// the key straight to the waiter.
-async fn ordinary_obtain_does_not_overtake(queue: Queue<'_>, lockers: Vec<Locker>) {
+pub async fn ordinary_obtain_does_not_overtake(fx: &Fixture) {
+    let lockers = fx.lockers(3).await;
     let held = lockers[0]
         .obtain("job", TTL, ObtainOptions::new())
         .await
         .expect("obtain");
-    let waiter = queue.join(&lockers[1], "job", fair(), 1).await;
+    let waiter = join(fx, &lockers[1], "job", fair(), 1).await;
     held.release().await.expect("release");
     let barging = lockers[2].obtain("job", TTL, ObtainOptions::new()).await;
     assert!(
@@ -492,27 +445,25 @@ async fn ordinary_obtain_does_not_overtake(queue: Queue<'_>, lockers: Vec<Locker
     lock.release().await.expect("release");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_ordinary_obtain_does_not_overtake() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 3).await;
-    ordinary_obtain_does_not_overtake(Queue::Redis(&server), lockers).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_ordinary_obtain_does_not_overtake() {
-    ordinary_obtain_does_not_overtake(Queue::Memory, memory_lockers(3)).await;
-}
-
 /// 8 tasks × 300 non-atomic increments under fair locks: none lost.
-async fn fair_locks_exclude(lockers: Vec<Locker>) {
+///
+/// On a smaller scale on etcd: a fair obtain there takes several round trips
+/// (read the queue, grant, take), so 8 × 300 takes over a minute on a 2-core
+/// machine. 4 tasks × 50 increments, none lost.
+pub async fn fair_locks_exclude(fx: &Fixture) {
+    let (workers, rounds) = match fx.kind() {
+        Kind::Etcd => (4, 50),
+        _ => (8, 300),
+    };
     let counter = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = lockers
+    let tasks: Vec<_> = fx
+        .lockers(workers)
+        .await
         .into_iter()
         .map(|locker| {
             let counter = counter.clone();
             tokio::spawn(async move {
-                for _ in 0..300 {
+                for _ in 0..rounds {
                     let lock = locker.obtain("counter", TTL, fair()).await.expect("obtain");
                     let seen = counter.load(Ordering::SeqCst);
                     tokio::task::yield_now().await;
@@ -527,26 +478,16 @@ async fn fair_locks_exclude(lockers: Vec<Locker>) {
         .expect("the increments finish")
         .into_iter()
         .for_each(|task| task.expect("task"));
-    assert_eq!(counter.load(Ordering::SeqCst), 8 * 300);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_fair_locks_exclude() {
-    let server = RedisServer::start();
-    fair_locks_exclude(redis_lockers(&server, 8).await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_fair_locks_exclude() {
-    fair_locks_exclude(memory_lockers(8)).await;
+    assert_eq!(counter.load(Ordering::SeqCst), workers as u64 * rounds);
 }
 
 /// A waiter that waited longer than half its ttl confirms the handed-over
 /// lease with one refresh, and holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_long_wait_confirms_the_lease() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 2).await;
+    let fx = Fixture::redis().await;
+    let server = fx.master().expect("one server");
+    let lockers = fx.lockers(2).await;
     let held = server.expect_ok(
         lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
@@ -554,7 +495,7 @@ async fn redis_long_wait_confirms_the_lease() {
     let ttl = Duration::from_millis(600);
     let (locker, short) = (lockers[1].clone(), fair());
     let waiter = tokio::spawn(async move { locker.obtain("job", ttl, short).await });
-    until_queued(&server, "job", 1).await;
+    until_queued(server, "job", 1).await;
     // More than half the waiter's ttl passes (not a synchronisation).
     tokio::time::sleep(Duration::from_millis(400)).await;
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
@@ -563,7 +504,7 @@ async fn redis_long_wait_confirms_the_lease() {
         .await
         .expect("waiter task")
         .expect("the waiter obtains");
-    assert_eq!(script_calls(&server), 2, "the release, then one refresh");
+    assert_eq!(script_calls(server), 2, "the release, then one refresh");
     let value: String = server.cmd(&["GET", "job"]);
     assert_eq!(value, lock.token());
     server.expect_ok(lock.release().await, "release");
@@ -587,9 +528,8 @@ async fn unfair_requests_are_refused() {
         "{endless:?}"
     );
 
-    let masters = RedisServer::start_many(3);
-    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
-    let redlock = masters[0].expect_ok(Locker::redlock(urls).await, "connect");
+    let redlock_fx = Fixture::redlock().await;
+    let redlock = redlock_fx.locker().await;
     let refused = redlock.obtain("a", TTL, fair()).await;
     match refused {
         Err(LockError::Backend(err)) => {
@@ -613,13 +553,14 @@ async fn fair_attribute_waiter(locker: &Locker) -> Result<(), LockError> {
 /// a second of waiting costs no command, fair or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_attribute_waiters_send_nothing_between_wake_ups() {
-    let server = RedisServer::start();
-    let lockers = redis_lockers(&server, 3).await;
+    let fx = Fixture::redis().await;
+    let server = fx.master().expect("one server");
+    let lockers = fx.lockers(3).await;
     let held = server.expect_ok(
         lockers[0].obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
     );
-    let before = script_calls(&server);
+    let before = script_calls(server);
     let plain = {
         let locker = lockers[1].clone();
         tokio::spawn(async move { attribute_waiter(&locker).await })
@@ -630,7 +571,7 @@ async fn redis_attribute_waiters_send_nothing_between_wake_ups() {
     };
     // Each tries, listens, then tries once more.
     for _ in 0..500 {
-        if script_calls(&server) >= before + 4 {
+        if script_calls(server) >= before + 4 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -638,7 +579,7 @@ async fn redis_attribute_waiters_send_nothing_between_wake_ups() {
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        script_calls(&server),
+        script_calls(server),
         0,
         "waiting attribute calls sent commands"
     );
@@ -646,79 +587,4 @@ async fn redis_attribute_waiters_send_nothing_between_wake_ups() {
     let (plain, fair) = promptly("both obtain in turn", futures::future::join(plain, fair)).await;
     plain.expect("task").expect("the plain waiter obtains");
     fair.expect("task").expect("the fair waiter obtains");
-}
-
-#[cfg(feature = "etcd")]
-mod on_etcd {
-    use super::*;
-    use crate::support::etcd::EtcdCluster;
-
-    async fn etcd_lockers(cluster: &EtcdCluster, n: usize) -> Vec<Locker> {
-        let mut lockers = Vec::new();
-        for _ in 0..n {
-            match Locker::etcd(cluster.endpoints()).await {
-                Ok(locker) => lockers.push(locker),
-                Err(err) => cluster.fail(format_args!("connect: {err:?}")),
-            }
-        }
-        lockers
-    }
-
-    async fn cluster() -> EtcdCluster {
-        tokio::task::spawn_blocking(EtcdCluster::single)
-            .await
-            .expect("starting etcd")
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn etcd_arrival_order_is_respected() {
-        let cluster = cluster().await;
-        let lockers = etcd_lockers(&cluster, 6).await;
-        arrival_order_is_respected(Queue::Etcd(&cluster), lockers).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn etcd_waiters_gone_do_not_block_the_queue() {
-        let cluster = cluster().await;
-        let lockers = etcd_lockers(&cluster, 4).await;
-        waiters_gone_do_not_block_the_queue(Queue::Etcd(&cluster), lockers).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn etcd_ordinary_obtain_does_not_overtake() {
-        let cluster = cluster().await;
-        let lockers = etcd_lockers(&cluster, 3).await;
-        ordinary_obtain_does_not_overtake(Queue::Etcd(&cluster), lockers).await;
-    }
-
-    /// `fair_locks_exclude` on a smaller scale: a fair obtain on etcd takes
-    /// several round trips (read the queue, grant, take), so 8 × 300 takes
-    /// over a minute on a 2-core machine. 4 tasks × 50 increments, none lost.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn etcd_fair_locks_exclude() {
-        let cluster = cluster().await;
-        let counter = Arc::new(AtomicU64::new(0));
-        let tasks: Vec<_> = etcd_lockers(&cluster, 4)
-            .await
-            .into_iter()
-            .map(|locker| {
-                let counter = counter.clone();
-                tokio::spawn(async move {
-                    for _ in 0..50 {
-                        let lock = locker.obtain("counter", TTL, fair()).await.expect("obtain");
-                        let seen = counter.load(Ordering::SeqCst);
-                        tokio::task::yield_now().await;
-                        counter.store(seen + 1, Ordering::SeqCst);
-                        lock.release().await.expect("release");
-                    }
-                })
-            })
-            .collect();
-        tokio::time::timeout(Duration::from_secs(120), futures::future::join_all(tasks))
-            .await
-            .expect("the increments finish")
-            .into_iter()
-            .for_each(|task| task.expect("task"));
-        assert_eq!(counter.load(Ordering::SeqCst), 4 * 50);
-    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, RetryStrategy};
 
-use crate::fixture::Fixture;
+use lockmacro_testkit::Fixture;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -135,60 +135,28 @@ pub async fn fence_counter_expires_after_its_last_use(fx: &Fixture) {
     }
 }
 
-macro_rules! on_backends {
-    ($($backend:ident: $fixture:expr => [$($case:ident),* $(,)?];)*) => {
-        $(
-            mod $backend {
-                use super::Fixture;
-                $(
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $case() {
-                        let fixture = $fixture;
-                        super::$case(&fixture).await;
-                    }
-                )*
-            }
-        )*
-    };
-}
-
-on_backends! {
-    on_redis: Fixture::redis().await => [
+// Each case on servers of its own: these refusals name the key as the
+// backend stores it, so a namespace (which shared servers would need) would
+// change the names they are checked against. Where fence tokens are counters
+// kept as keys: not on etcd, whose tokens are revisions.
+lockmacro_testkit::for_each_backend! {
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: [crate::leftovers],
+    { needs: [ShortLeases], only: [Redis, Cluster, Redlock, Memory], servers: own } => [
         fence_key_equal_to_the_lock_key_leaves_nothing,
         fence_key_held_as_a_lock_leaves_nothing,
         obtain_many_colliding_with_its_fence_key_leaves_nothing,
         lock_named_after_a_fence_counter_is_refused,
-        fair_obtain_with_a_bad_fence_key_leaves_nothing,
-        fence_counter_expires_after_its_last_use,
-    ];
-    // A cluster of its own per case: these refusals name the key as the
-    // backend stores it, so a namespace (which a shared cluster would need)
-    // would change the names they are checked against.
-    on_cluster: Fixture::own_cluster().await => [
-        fence_key_equal_to_the_lock_key_leaves_nothing,
-        fence_key_held_as_a_lock_leaves_nothing,
-        obtain_many_colliding_with_its_fence_key_leaves_nothing,
-        lock_named_after_a_fence_counter_is_refused,
-        fair_obtain_with_a_bad_fence_key_leaves_nothing,
-        fence_counter_expires_after_its_last_use,
-    ];
+    ],
     // Redlock keeps no queue: fair obtains are refused there by design.
-    on_redlock: Fixture::redlock().await => [
-        fence_key_equal_to_the_lock_key_leaves_nothing,
-        fence_key_held_as_a_lock_leaves_nothing,
-        obtain_many_colliding_with_its_fence_key_leaves_nothing,
-        lock_named_after_a_fence_counter_is_refused,
-        fence_counter_expires_after_its_last_use,
-    ];
+    { needs: [FairQueue], only: [Redis, Cluster, Redlock, Memory], servers: own } => [
+        fair_obtain_with_a_bad_fence_key_leaves_nothing,
+    ],
     // The memory store cannot be read behind its back: its counters'
     // expiry is shown below on the tokio clock.
-    on_memory: Fixture::memory() => [
-        fence_key_equal_to_the_lock_key_leaves_nothing,
-        fence_key_held_as_a_lock_leaves_nothing,
-        obtain_many_colliding_with_its_fence_key_leaves_nothing,
-        lock_named_after_a_fence_counter_is_refused,
-        fair_obtain_with_a_bad_fence_key_leaves_nothing,
-    ];
+    { needs: [Servers], only: [Redis, Cluster, Redlock, Memory], servers: own } => [
+        fence_counter_expires_after_its_last_use,
+    ],
 }
 
 /// In memory, an explicit fence counter is a key like any other, as on Redis:
@@ -237,7 +205,7 @@ async fn memory_fence_counter_expires_after_its_last_use() {
 async fn redis_fence_expiry_is_configurable_and_tokens_still_increase() {
     use lockmacro_runtime::{RedisBackend, RedisConfig};
 
-    let server = crate::support::RedisServer::start();
+    let server = lockmacro_testkit::RedisServer::start();
     let config = RedisConfig::default().fence_expiry(Duration::from_millis(300));
     let backend = server.expect_ok(
         RedisBackend::connect_with(&server.url(), config).await,
@@ -275,8 +243,8 @@ async fn redis_fence_expiry_is_configurable_and_tokens_still_increase() {
 /// does not fail after its `DEL`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_release_with_a_foreign_value_at_the_queue_name_succeeds() {
-    let server = crate::support::RedisServer::start();
-    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let server = lockmacro_testkit::RedisServer::start();
+    let locker = server.locker().await;
     let () = server.cmd(&["SET", "{job}:queue", "not a queue"]);
     let lock = server.expect_ok(locker.obtain("job", LONG, once()).await, "obtain");
     server.expect_ok(lock.release().await, "release");

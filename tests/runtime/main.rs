@@ -1,14 +1,9 @@
 //! The runtime's behaviour suite: the same test bodies (`cases`), run against
 //! every backend, plus what only a real Redis can show (`redis`).
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod cases;
 mod election;
 mod fair;
-#[path = "../support/fixture.rs"]
-mod fixture;
 mod leftovers;
 mod logs;
 mod own_connection;
@@ -18,71 +13,24 @@ mod rwlock;
 mod wakeup;
 mod watchdog;
 
-/// One test per case in `cases`, each on a fixture made by `$fixture`.
-macro_rules! cases_on {
-    ($fixture:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let fixture = $fixture;
-                crate::cases::$case(&fixture).await;
-            }
-        )*
-    };
-}
-
-/// Instantiates every case in `cases` once per backend.
-///
-/// The cluster runs all but the cases that lock keys of several hash slots
-/// together (`k:a`, `k:b`; a lock and the fence key `shared`): a cluster
-/// refuses those by design, before sending anything (see
-/// `backends/cluster.rs` for that refusal and for the same behaviours with
-/// keys that share a hash tag).
-///
-/// etcd runs all but the cases that need a lease shorter than a second to run
-/// out on the server, or fence tokens that count one by one: etcd leases are
-/// whole seconds, and its tokens are revisions (see `backends/etcd.rs` for
-/// those behaviours on etcd's terms).
-macro_rules! behaviour_suite {
-    (
-        single_slot: [$($case:ident),* $(,)?],
-        several_slots: [$($multi:ident),* $(,)?],
-        single_slot_not_on_etcd: [$($subsecond:ident),* $(,)?],
-        several_slots_not_on_etcd: [$($multi_counting:ident),* $(,)?] $(,)?
-    ) => {
-        mod on_redis {
-            cases_on!(crate::fixture::Fixture::redis().await; $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
-        }
-
-        mod on_cluster {
-            cases_on!(crate::fixture::Fixture::cluster().await; $($case,)* $($subsecond,)*);
-        }
-
-        mod on_redlock {
-            cases_on!(crate::fixture::Fixture::redlock().await; $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
-        }
-
-        mod on_memory {
-            cases_on!(crate::fixture::Fixture::memory(); $($case,)* $($multi,)* $($subsecond,)* $($multi_counting,)*);
-        }
-
-        #[cfg(feature = "etcd")]
-        mod on_etcd {
-            cases_on!(crate::fixture::Fixture::etcd().await; $($case,)* $($multi,)*);
-        }
-
-        mod on_a_backend_written_outside_the_crate {
-            cases_on!(crate::fixture::Fixture::outside(); $($case,)* $($multi,)*);
-        }
-
-        mod on_sentinel {
-            cases_on!(crate::fixture::Fixture::sentinel().await; $($case,)* $($multi,)*);
-        }
-    };
-}
-
-behaviour_suite!(
-    single_slot: [
+// Every case in `cases`, once per backend that can run it, each on the
+// servers the binary shares for its backend (under a namespace of the test's
+// own) or on servers of its own where they start in milliseconds.
+//
+// A cluster runs all but the cases that lock keys of several hash slots
+// together (`k:a`, `k:b`; a lock and the fence key `shared`): a cluster
+// refuses those by design, before sending anything (see
+// `backends/cluster.rs` for that refusal and for the same behaviours with
+// keys that share a hash tag).
+//
+// etcd runs all but the cases that need a lease shorter than a second to run
+// out on the server, or fence tokens that count one by one: etcd leases are
+// whole seconds, and its tokens are revisions (see `backends/etcd.rs` for
+// those behaviours on etcd's terms).
+lockmacro_testkit::for_each_backend! {
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: [crate::cases],
+    { needs: [], servers: shared } => [
         obtain_then_busy_then_release,
         busy_error_names_the_key,
         refresh_extends_the_lease,
@@ -105,71 +53,27 @@ behaviour_suite!(
         max_hold_stops_renewing_and_the_lease_is_lost,
         hold_runs_the_body_while_holding_and_releases_after,
     ],
-    several_slots: [
+    { needs: [SeveralSlots], servers: shared } => [
         obtain_many_is_all_or_nothing,
         obtain_many_releases_and_refreshes_every_key,
     ],
-    single_slot_not_on_etcd: [
+    { needs: [ShortLeases], servers: shared } => [
         lease_expires_without_refresh,
         stale_owner_can_neither_release_nor_refresh,
         fence_tokens_strictly_increase_across_releases_and_lockers,
     ],
-    several_slots_not_on_etcd: [explicit_fence_key_is_used_and_namespaced],
-);
-
-/// One test per case in `$module` (`permits`, `rwlock`), each on a fixture
-/// made by `$fixture`.
-macro_rules! shared_cases_on {
-    ($module:ident; $fixture:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let fixture = $fixture;
-                crate::$module::$case(&fixture).await;
-            }
-        )*
-    };
+    { needs: [SeveralSlots, ShortLeases], servers: shared } => [
+        explicit_fence_key_is_used_and_namespaced,
+    ],
 }
 
-/// Semaphores and read-write locks on every backend that keeps shares, and
-/// the refusal on the others.
-macro_rules! shared_suite {
-    ($module:ident, kept: [$($case:ident),* $(,)?], refused: [$($refused:ident),* $(,)?] $(,)?) => {
-        mod on_redis {
-            shared_cases_on!($module; crate::fixture::Fixture::redis().await; $($case,)*);
-        }
-
-        mod on_cluster {
-            shared_cases_on!($module; crate::fixture::Fixture::cluster().await; $($case,)*);
-        }
-
-        mod on_sentinel {
-            shared_cases_on!($module; crate::fixture::Fixture::sentinel().await; $($case,)*);
-        }
-
-        mod on_memory {
-            shared_cases_on!($module; crate::fixture::Fixture::memory(); $($case,)*);
-        }
-
-        mod on_redlock {
-            shared_cases_on!($module; crate::fixture::Fixture::redlock().await; $($refused,)*);
-        }
-
-        #[cfg(feature = "etcd")]
-        mod on_etcd {
-            shared_cases_on!($module; crate::fixture::Fixture::etcd().await; $($refused,)*);
-        }
-
-        mod on_a_backend_written_outside_the_crate {
-            shared_cases_on!($module; crate::fixture::Fixture::outside(); $($refused,)*);
-        }
-    };
-}
-
+/// Semaphores on every backend that keeps shares, and the refusal on the
+/// others.
 mod permits_on {
-    shared_suite!(
-        permits,
-        kept: [
+    lockmacro_testkit::for_each_backend! {
+        runtime: (flavor = "multi_thread", worker_threads = 2),
+        cases: [crate::permits],
+        { needs: [Shares], servers: shared } => [
             at_most_n_holders_and_a_release_frees_one,
             a_permit_is_refreshed_measured_and_kept_alive,
             a_dead_holders_permit_comes_back_after_its_ttl_never_sooner,
@@ -179,26 +83,33 @@ mod permits_on {
             misuses_are_refused_before_anything_is_sent,
             a_lock_and_a_semaphore_cannot_share_a_key,
         ],
-        refused: [permits_are_refused_where_the_backend_keeps_none],
-    );
+        { needs: [], lacks: [Shares], servers: shared } => [
+            permits_are_refused_where_the_backend_keeps_none,
+        ],
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_waiter_for_a_permit_sends_nothing_and_is_woken() {
-        let server = crate::support::RedisServer::start();
+        let server = lockmacro_testkit::RedisServer::start();
         crate::permits::redis_waiter_for_a_permit_sends_nothing_and_is_woken(&server).await;
     }
 }
 
+/// Read-write locks on every backend that keeps shares, and the refusal on
+/// the others.
 mod read_write_on {
-    shared_suite!(
-        rwlock,
-        kept: [
+    lockmacro_testkit::for_each_backend! {
+        runtime: (flavor = "multi_thread", worker_threads = 2),
+        cases: [crate::rwlock],
+        { needs: [Shares], servers: shared } => [
             readers_share_the_key_and_the_writer_is_alone,
             a_waiting_writer_is_not_starved_by_new_readers,
             a_dead_readers_share_comes_back_after_its_ttl,
             the_writer_may_read_but_a_reader_may_not_upgrade,
             no_reader_or_writer_is_ever_beside_a_writer,
         ],
-        refused: [read_write_locks_are_refused_where_the_backend_keeps_none],
-    );
+        { needs: [], lacks: [Shares], servers: shared } => [
+            read_write_locks_are_refused_where_the_backend_keeps_none,
+        ],
+    }
 }

@@ -15,8 +15,8 @@ use lockmacro_runtime::{
 use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);

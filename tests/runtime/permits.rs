@@ -9,7 +9,7 @@ use std::time::Duration;
 use lockmacro_runtime::{BackendErrorKind, LockError, ObtainOptions, RetryStrategy};
 use tokio::time::Instant;
 
-use crate::fixture::Fixture;
+use lockmacro_testkit::Fixture;
 
 const LONG: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);
@@ -247,11 +247,10 @@ pub async fn permits_are_refused_where_the_backend_keeps_none(fx: &Fixture) {
 /// On Redis: a waiter for a permit listens, sends nothing while it waits,
 /// and is woken by the release.
 pub async fn redis_waiter_for_a_permit_sends_nothing_and_is_woken(
-    server: &crate::support::RedisServer,
+    server: &lockmacro_testkit::RedisServer,
 ) {
-    use lockmacro_runtime::Locker;
-    let a = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let b = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let a = server.locker().await;
+    let b = server.locker().await;
     let held = server.expect_ok(a.obtain("api", LONG, permits(1)).await, "obtain");
     let waiter = tokio::spawn(async move { b.obtain("api", LONG, patient(1)).await });
     crate::wakeup::until_listening(server, "api", 1).await;

@@ -10,18 +10,14 @@ use lockmacro_runtime::{
 use redis::Commands;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(30);
-
-async fn locker(server: &RedisServer) -> Locker {
-    server.expect_ok(Locker::connect(&server.url()).await, "connect")
-}
 
 #[tokio::test]
 async fn lock_is_a_plain_string_that_starts_with_the_token() {
     let server = RedisServer::start();
-    let locker = locker(&server).await.with_namespace("billing");
+    let locker = server.locker().await.with_namespace("billing");
     let lock = server.expect_ok(
         locker
             .obtain(
@@ -53,7 +49,7 @@ async fn lock_is_a_plain_string_that_starts_with_the_token() {
 #[tokio::test]
 async fn other_clients_using_set_nx_exclude_and_are_excluded() {
     let server = RedisServer::start();
-    let locker = locker(&server).await;
+    let locker = server.locker().await;
     let mut raw = server.client().get_connection().unwrap();
 
     // Another client (redis-py's Lock, bsm/redislock) took the key first.
@@ -105,7 +101,7 @@ async fn increments(server: &RedisServer, with_lock: bool) -> i64 {
     const ROUNDS: usize = 300;
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
-        let locker = locker(server).await;
+        let locker = server.locker().await;
         let client = server.client();
         tasks.push(tokio::spawn(async move {
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -324,7 +320,7 @@ async fn wrong_password_says_authentication_failed() {
 #[tokio::test]
 async fn refresh_survives_a_connection_cut_while_idle() {
     let server = RedisServer::start();
-    let locker = locker(&server).await;
+    let locker = server.locker().await;
     let lock = server.expect_ok(
         locker.obtain("job", LONG, ObtainOptions::new()).await,
         "obtain",
@@ -347,7 +343,7 @@ async fn refresh_survives_a_connection_cut_while_idle() {
 #[tokio::test]
 async fn restart_without_persistence_loses_the_lease_and_the_owner_learns_it() {
     let mut server = RedisServer::start();
-    let locker = locker(&server).await;
+    let locker = server.locker().await;
     let lock = server.expect_ok(
         locker.obtain("job", LONG, ObtainOptions::new()).await,
         "obtain",
@@ -381,7 +377,7 @@ fn command_calls(server: &RedisServer) -> std::collections::HashMap<String, u64>
 #[tokio::test]
 async fn a_plain_obtain_is_one_set_command_busy_or_not() {
     let server = RedisServer::start();
-    let (holder, other) = (locker(&server).await, locker(&server).await);
+    let (holder, other) = (server.locker().await, server.locker().await);
     let ttl = Duration::from_secs(30);
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
 

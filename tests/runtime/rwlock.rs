@@ -11,7 +11,7 @@ use lockmacro_runtime::{
 };
 use tokio::time::Instant;
 
-use crate::fixture::Fixture;
+use lockmacro_testkit::Fixture;
 
 const LONG: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);

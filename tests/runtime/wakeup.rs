@@ -4,13 +4,12 @@
 //! hang, not measurements.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use lockmacro_runtime::{Lock, Locker, MemoryBackend, ObtainOptions, RetryStrategy};
+use lockmacro_runtime::{Lock, Locker, ObtainOptions, RetryStrategy};
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::cluster::RedisCluster;
+use lockmacro_testkit::{Fixture, RedisServer};
 
 const TTL: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(5);
@@ -89,8 +88,8 @@ pub(crate) fn calls(server: &RedisServer, command: &str) -> u64 {
 /// `job` held through one locker on `server`, and a waiter for it on
 /// another (as another process would have), once that waiter listens.
 async fn held_and_awaited(server: &RedisServer) -> (Lock, tokio::task::JoinHandle<Lock>) {
-    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let holder_locker = server.locker().await;
+    let waiter_locker = server.locker().await;
     let held = server.expect_ok(
         holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
@@ -100,21 +99,48 @@ async fn held_and_awaited(server: &RedisServer) -> (Lock, tokio::task::JoinHandl
     (held, waiter)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_waiter_obtains_as_soon_as_the_holder_releases() {
-    let server = RedisServer::start();
-    let (held, waiter) = held_and_awaited(&server).await;
+// The scenarios that show a waiter woken on Redis, where the test sees it
+// listen for releases, and in memory, where it is given time to wait.
+lockmacro_testkit::for_each_backend! {
+    needs: [],
+    only: [Redis, Memory],
+    servers: own,
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: crate::wakeup::[
+        waiter_obtains_as_soon_as_the_holder_releases,
+        waiters_on_one_locker_are_woken_in_turn,
+    ],
+}
 
-    server.expect_ok(held.release().await, "release");
-    let lock = obtained_promptly(waiter, "redis").await;
-    server.expect_ok(lock.release().await, "release");
+/// Waits until `n` waiters for `key` on `fx` wait: on Redis, until they
+/// listen for releases; the memory backend gives no sign that a waiter
+/// waits, so they are given time to.
+async fn until_waiting(fx: &Fixture, key: &str, n: i64) {
+    match fx.master() {
+        Some(server) => until_listening(server, key, n).await,
+        None => settle().await,
+    }
+}
+
+async fn waiter_obtains_as_soon_as_the_holder_releases(fx: &Fixture) {
+    let (holder_locker, waiter_locker) = (fx.locker().await, fx.locker().await);
+    let held = fx.check(
+        holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let waiter = spawn_waiter(&waiter_locker, "job");
+    until_waiting(fx, "job", 1).await;
+
+    fx.check(held.release().await, "release");
+    let lock = obtained_promptly(waiter, &format!("{:?}", fx.kind())).await;
+    fx.check(lock.release().await, "release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_waiter_sends_no_commands_while_it_waits() {
     let server = RedisServer::start();
-    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let holder_locker = server.locker().await;
+    let waiter_locker = server.locker().await;
     let held = server.expect_ok(
         holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
@@ -175,25 +201,25 @@ async fn relay(held: Lock, waiter_locker: &Locker, wait_until_waiting: impl Futu
         .for_each(|relay| relay.expect("relay task"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_waiters_on_one_locker_are_woken_in_turn() {
-    let server = RedisServer::start();
-    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+async fn waiters_on_one_locker_are_woken_in_turn(fx: &Fixture) {
+    let holder_locker = fx.locker().await;
     // The waiters share this locker's pub/sub connection and channel.
-    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let held = server.expect_ok(
+    let waiter_locker = fx.locker().await;
+    let held = fx.check(
         holder_locker.obtain("job", TTL, ObtainOptions::new()).await,
         "obtain",
     );
-    relay(held, &waiter_locker, until_listening(&server, "job", 1)).await;
-    assert_eq!(listeners(&server, "job"), 0, "the last waiter unsubscribed");
+    relay(held, &waiter_locker, until_waiting(fx, "job", 1)).await;
+    if let Some(server) = fx.master() {
+        assert_eq!(listeners(server, "job"), 0, "the last waiter unsubscribed");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_release_racing_the_first_attempts_is_not_missed() {
     let server = RedisServer::start();
-    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let holder_locker = server.locker().await;
+    let waiter_locker = server.locker().await;
     // The release lands anywhere around the waiter's first attempt, its
     // subscription and its second attempt.
     for round in 0..30u64 {
@@ -343,37 +369,9 @@ async fn cluster_waiter_moves_to_the_next_seed_when_its_node_freezes() {
     cluster_waiter_moves_on_when_its_node_fails(|cluster, node| cluster.node(node).pause()).await;
 }
 
-fn memory_lockers() -> (Locker, Locker) {
-    let memory = Arc::new(MemoryBackend::new());
-    (Locker::new(memory.clone()), Locker::new(memory))
-}
-
 /// The memory backend gives no sign that a waiter waits: give it time to.
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(200)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_waiter_obtains_as_soon_as_the_holder_releases() {
-    let (holder_locker, waiter_locker) = memory_lockers();
-    let held = holder_locker
-        .obtain("job", TTL, ObtainOptions::new())
-        .await
-        .unwrap();
-    let waiter = spawn_waiter(&waiter_locker, "job");
-    settle().await;
-    held.release().await.unwrap();
-    obtained_promptly(waiter, "memory").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_waiters_are_woken_in_turn() {
-    let (holder_locker, waiter_locker) = memory_lockers();
-    let held = holder_locker
-        .obtain("job", TTL, ObtainOptions::new())
-        .await
-        .unwrap();
-    relay(held, &waiter_locker, settle()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -420,7 +418,7 @@ async fn redis_user_denied_the_release_channels_still_releases_and_waits_by_back
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_release_nobody_waits_for_does_no_queue_or_pub_sub_work() {
     let server = RedisServer::start();
-    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let locker = server.locker().await;
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     let held = server.expect_ok(locker.obtain("job", TTL, patient()).await, "obtain");
     server.expect_ok(held.release().await, "release");
@@ -453,8 +451,8 @@ async fn redis_release_nobody_waits_for_does_no_queue_or_pub_sub_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_release_is_announced_to_a_waiter_that_outwaited_the_first_lease() {
     let server = RedisServer::start();
-    let holder_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
-    let waiter_locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let holder_locker = server.locker().await;
+    let waiter_locker = server.locker().await;
     let ttl = Duration::from_secs(2);
     let held = server.expect_ok(
         holder_locker.obtain("job", ttl, ObtainOptions::new()).await,

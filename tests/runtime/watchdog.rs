@@ -13,8 +13,8 @@ use lockmacro_runtime::{
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 
 /// Leases kept alive together by one locker.
 const LEASES: usize = 2000;
@@ -100,7 +100,7 @@ fn values(server: &RedisServer, guards: &[LockGuard]) -> Vec<Option<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_leases_are_kept_alive_by_batched_refreshes() {
     let server = RedisServer::start();
-    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let locker = server.locker().await;
     let keys: Vec<String> = (0..LEASES).map(|i| format!("batch:{i}")).collect();
     let guards = keep_alive_all(&locker, &keys, TTL).await;
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
@@ -134,7 +134,7 @@ async fn many_leases_are_kept_alive_by_batched_refreshes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_deleted_behind_its_back_is_lost_and_the_others_are_kept() {
     let server = RedisServer::start();
-    let locker = server.expect_ok(Locker::connect(&server.url()).await, "connect");
+    let locker = server.locker().await;
     let keys: Vec<String> = (0..200).map(|i| format!("batch:{i}")).collect();
     let mut guards = keep_alive_all(&locker, &keys, TTL).await;
     let victim = guards.swap_remove(7);

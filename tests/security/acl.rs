@@ -5,11 +5,11 @@
 use std::time::{Duration, Instant};
 
 use lockmacro_runtime::{BackendErrorKind, LockError, Locker, RetryStrategy};
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::cluster::RedisCluster;
 use redis::Value;
 
-use crate::fixture::{LONG, once};
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
+use crate::{LONG, once};
 
 const README: &str = include_str!("../../README.md");
 

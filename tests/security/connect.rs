@@ -10,8 +10,8 @@ use std::time::Duration;
 use lockmacro_runtime::{BackendErrorKind, LockError, RedisBackend, RedisConfig};
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
-use crate::support::tls::TestCa;
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::tls::TestCa;
 
 /// Generous: every failure here is expected within about 3 s (the default
 /// connect timeout), most at once.

@@ -6,10 +6,23 @@ use std::time::{Duration, Instant};
 
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy};
 
-use crate::fixture::{Fixture, LONG, on_every_backend, once};
-use crate::support::RedisServer;
+use lockmacro_testkit::{Fixture, Kind, RedisServer};
 
-on_every_backend!(keys: hostile_keys_lock_fence_refresh_and_release_as_given, look_alike_keys_are_different_locks);
+use crate::{LONG, once};
+
+// Where the store can be read behind the library's back, the scenarios look
+// at the Redis keys; the memory backend shows what a store without servers
+// does.
+lockmacro_testkit::for_each_backend! {
+    needs: [],
+    only: [Redis, Cluster, Redlock, Memory],
+    servers: own,
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: crate::keys::[
+        hostile_keys_lock_fence_refresh_and_release_as_given,
+        look_alike_keys_are_different_locks,
+    ],
+}
 
 /// Keys an application may build from input it does not control.
 pub fn hostile_keys() -> Vec<String> {
@@ -104,8 +117,8 @@ pub async fn hostile_keys_lock_fence_refresh_and_release_as_given(fx: &Fixture) 
     }
     // A key with a `}` but no hash tag cannot be wrapped in one: `{K}` would
     // end the tag at K's own `}`. Only a cluster has to care.
-    let expected: &[&str] = match fx {
-        Fixture::Cluster(_) => &["{}", "}{", "a}b", "ns:{}", "ns:}{", "ns:a}b"],
+    let expected: &[&str] = match fx.kind() {
+        Kind::Cluster => &["{}", "}{", "a}b", "ns:{}", "ns:}{", "ns:a}b"],
         _ => &[],
     };
     assert_eq!(refused, expected, "fenced locks refused");
@@ -114,7 +127,7 @@ pub async fn hostile_keys_lock_fence_refresh_and_release_as_given(fx: &Fixture) 
     // locks. (A Redlock master that was slow to answer may lack some, and a
     // release returns once a majority answered: the last master's delete may
     // still be on its way, so its keys are looked at until it lands.)
-    if let Fixture::Redis(_) | Fixture::Redlock(_) = fx {
+    if matches!(fx.kind(), Kind::Redis | Kind::Redlock) {
         let expected: Vec<Vec<u8>> = fence_keys
             .iter()
             .map(|key| key.as_bytes().to_vec())
@@ -131,7 +144,7 @@ pub async fn hostile_keys_lock_fence_refresh_and_release_as_given(fx: &Fixture) 
             };
             let (mut stored, mut foreign) = foreign_keys();
             for _ in 0..200 {
-                if foreign.is_empty() || !matches!(fx, Fixture::Redlock(_)) {
+                if foreign.is_empty() || fx.kind() != Kind::Redlock {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -142,7 +155,7 @@ pub async fn hostile_keys_lock_fence_refresh_and_release_as_given(fx: &Fixture) 
                 "port {}: unexpected keys {foreign:?}",
                 server.port()
             );
-            if let Fixture::Redis(_) = fx {
+            if fx.kind() == Kind::Redis {
                 assert_eq!(stored.len(), expected.len(), "fence counters missing");
             }
         }
@@ -158,7 +171,7 @@ async fn round_trip(fx: &Fixture, locker: &Locker, rival: &Locker, key: &str) ->
     let wire_key = locker.wire_key(key);
     let fence_key = documented_fence_key(&wire_key);
     let obtained = locker.obtain(key, LONG, once().fence()).await;
-    if let Fixture::Cluster(cluster) = fx {
+    if let Some(cluster) = fx.redis_cluster() {
         // The cluster's own slot computation decides: the library must agree.
         if cluster.slot(&wire_key) != cluster.slot(&fence_key) {
             let err = obtained.expect_err(&format!("{shown}: fence key in another slot"));
@@ -302,7 +315,7 @@ async fn attribute_keys_hold_interpolated_values_verbatim() {
 /// before sending anything, and still takes and releases the plain lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_lock_on_a_key_that_cannot_share_its_queues_slot_is_refused_on_a_cluster() {
-    let fx = Fixture::cluster().await;
+    let fx = Fixture::own_cluster().await;
     let locker = fx.locker().await;
     let fair = ObtainOptions::new()
         .fair()

@@ -5,12 +5,20 @@
 //! connections that cannot work (wrong password, TLS on one side only, a host
 //! that does not exist).
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod acl;
 mod connect;
-mod fixture;
 mod keys;
 mod tls;
 mod tokens;
+
+use std::time::Duration;
+
+use lockmacro_runtime::ObtainOptions;
+
+/// A ttl no test outlives.
+pub const LONG: Duration = Duration::from_secs(30);
+
+/// One attempt, no retries.
+pub fn once() -> ObtainOptions {
+    ObtainOptions::new()
+}

@@ -9,12 +9,12 @@ use lockmacro_runtime::{
     BackendErrorKind, ClusterBackend, FencedStore, LockError, Locker, RedisBackend, RedisConfig,
     RedlockBackend, RetryStrategy,
 };
+use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::tls::TestCa;
 use redis::Value;
 
 use crate::connect::{connect_failure, connect_failure_with};
-use crate::fixture::{LONG, once};
-use crate::support::RedisServer;
-use crate::support::tls::TestCa;
+use crate::{LONG, once};
 
 fn trusting(ca: &TestCa) -> RedisConfig {
     RedisConfig::default().tls_root_certificate(ca.ca_pem())

@@ -5,9 +5,17 @@
 
 use std::time::Duration;
 
-use crate::fixture::{Fixture, LONG, on_every_backend, once};
+use lockmacro_testkit::Fixture;
 
-on_every_backend!(tokens: near_miss_tokens_cannot_refresh_or_release);
+use crate::{LONG, once};
+
+lockmacro_testkit::for_each_backend! {
+    needs: [],
+    only: [Redis, Cluster, Redlock, Memory],
+    servers: own,
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: crate::tokens::[near_miss_tokens_cannot_refresh_or_release],
+}
 
 pub async fn near_miss_tokens_cannot_refresh_or_release(fx: &Fixture) {
     let (locker, other_locker) = (fx.locker().await, fx.locker().await);

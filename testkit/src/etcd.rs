@@ -186,6 +186,17 @@ impl EtcdCluster {
         }
     }
 
+    /// A new locker on the cluster (`Locker::etcd` of its endpoints), with
+    /// connections of its own; panics with every member's log when it
+    /// cannot connect.
+    #[cfg(feature = "etcd")]
+    pub async fn locker(&self) -> lockmacro_runtime::Locker {
+        match lockmacro_runtime::Locker::etcd(self.endpoints()).await {
+            Ok(locker) => locker,
+            Err(error) => self.fail(format_args!("connect: {error:?}")),
+        }
+    }
+
     /// Every member's client URL, for `Locker::etcd`.
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(EtcdMember::url).collect()

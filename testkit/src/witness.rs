@@ -12,6 +12,8 @@
 //! `on_lost = "abort"`) promises nothing and is left out of the overlap check;
 //! its writes are for the fenced store to refuse.
 
+pub mod counter;
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -20,7 +20,14 @@ pub struct Shared<T> {
     value: Mutex<Option<Arc<T>>>,
 }
 
+impl<T: Send + Sync + 'static> Default for Shared<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<T: Send + Sync + 'static> Shared<T> {
+    /// An empty slot, for a `static`.
     pub const fn new() -> Self {
         Shared {
             value: Mutex::new(None),

@@ -18,6 +18,7 @@ use std::sync::mpsc::{self, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use lockmacro_runtime::Locker;
 use redis::{Client, ClientTlsConfig, Connection, FromRedisValue, TlsCertificates};
 use tempfile::TempDir;
 
@@ -270,6 +271,39 @@ impl RedisServer {
             )),
             Err(StartError::Failed(message)) => self.fail(message),
         }
+    }
+
+    /// A new locker on the server (`Locker::connect` of [`RedisServer::url`]),
+    /// with connections of its own, as another process would have; panics
+    /// with the server's log when it cannot connect.
+    pub async fn locker(&self) -> Locker {
+        self.expect_ok(Locker::connect(&self.url()).await, "connect")
+    }
+
+    /// A new Redlock locker on `masters` (`Locker::redlock` of their URLs);
+    /// panics with every master's log when it cannot connect.
+    pub async fn redlock_locker(masters: &[RedisServer]) -> Locker {
+        let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+        match Locker::redlock(urls).await {
+            Ok(locker) => locker,
+            Err(error) => RedisServer::fail_all(masters, format_args!("connect: {error:?}")),
+        }
+    }
+
+    /// Panics with `message` followed by the log of every one of `servers`.
+    #[track_caller]
+    pub fn fail_all(servers: &[RedisServer], message: impl Display) -> ! {
+        let logs: Vec<String> = servers
+            .iter()
+            .map(|server| {
+                format!(
+                    "--- log of redis-server on port {} ---\n{}",
+                    server.port(),
+                    server.log().trim_end()
+                )
+            })
+            .collect();
+        panic!("{message}\n\n{}\n--- end of logs ---", logs.join("\n"))
     }
 
     /// A client for the server, authenticated when it was started with `--requirepass`,
@@ -539,7 +573,7 @@ fn spawn_error(error: &io::Error) -> String {
 }
 
 /// Ports that were free a moment ago; distinct, since all are bound at once.
-pub(crate) fn free_ports(n: usize) -> Vec<u16> {
+pub fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("cannot bind 127.0.0.1:0"))
         .collect();

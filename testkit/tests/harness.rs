@@ -1,7 +1,5 @@
-//! Tests of the `redis-server` harness in `tests/support`, which every Redis test
-//! relies on.
-
-mod support;
+//! Tests of the kit's `redis-server` harness, which every Redis test relies
+//! on.
 
 use std::env;
 use std::io::{BufRead, BufReader};
@@ -11,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
+use lockmacro_testkit::RedisServer;
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RetryStrategy};
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use crate::RedisServer;
 
 pub const TASKS: usize = 8;
 pub const ROUNDS: usize = 300;

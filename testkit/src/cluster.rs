@@ -171,6 +171,17 @@ impl RedisCluster {
         }
     }
 
+    /// A new locker on the cluster (`Locker::cluster` of its seeds), with
+    /// connections of its own; panics with every node's log when it cannot
+    /// connect.
+    #[cfg(feature = "cluster")]
+    pub async fn locker(&self) -> lockmacro_runtime::Locker {
+        match lockmacro_runtime::Locker::cluster(self.seeds()).await {
+            Ok(locker) => locker,
+            Err(error) => self.fail(format_args!("connect: {error:?}")),
+        }
+    }
+
     /// The URL of every node, masters and replicas: the seeds for a client.
     pub fn seeds(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()

@@ -1,24 +1,19 @@
 //! A backend under test, the same for every suite that runs its cases on each
 //! backend: lockers on it, and a look at its state that does not go through
-//! the library (the witness must not trust the lock). Included with
-//! `#[path = "../support/fixture.rs"] mod fixture;` next to `mod support;`.
-
-// Every test binary compiles this module on its own and uses only part of it.
-#![allow(dead_code)]
+//! the library (the witness must not trust the lock).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockmacro_runtime::backend::Backend;
-use lockmacro_runtime::{
-    LockError, Locker, MemoryBackend, ObtainOptions, RedisBackend, SentinelBackend,
-};
+use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, SentinelBackend};
 
-use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
-use crate::support::sentinel::{MASTER_NAME, RedisSentinel};
-use crate::support::shared::Shared;
+use crate::RedisServer;
+use crate::cluster::RedisCluster;
+use crate::kind::Kind;
+use crate::sentinel::{MASTER_NAME, RedisSentinel};
+use crate::shared::Shared;
 
 /// Independent masters behind the Redlock fixture: the smallest count with a
 /// majority that is not everyone.
@@ -37,6 +32,7 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// of the test's own, so that no test sees another's locks, and the fixture
 /// refuses to stop or freeze the servers.
 pub struct Fixture {
+    kind: Kind,
     backend: Under,
     /// Empty on servers of the test's own; on shared servers the test's
     /// namespace (`t7`), which [`Fixture::locker`] puts the lockers in and
@@ -51,7 +47,7 @@ enum Under {
     /// A backend in this process: the crate's own, or one written outside it.
     Memory(Arc<dyn Backend>),
     #[cfg(feature = "etcd")]
-    Etcd(Arc<crate::support::etcd::EtcdCluster>),
+    Etcd(Arc<crate::etcd::EtcdCluster>),
     Sentinel(Arc<RedisSentinel>),
 }
 
@@ -69,23 +65,61 @@ async fn blocking<T: Send + 'static>(start: impl FnOnce() -> T + Send + 'static)
 }
 
 impl Fixture {
-    fn own(backend: Under) -> Self {
+    fn own(kind: Kind, backend: Under) -> Self {
         Fixture {
+            kind,
             backend,
             namespace: String::new(),
         }
     }
 
-    fn shared(backend: Under) -> Self {
+    fn shared(kind: Kind, backend: Under) -> Self {
         Fixture {
+            kind,
             backend,
             namespace: namespace_of_its_own(),
         }
     }
 
+    /// A fixture on `kind`, on the servers the binary shares for it (the
+    /// cluster, Sentinel and etcd ones), or on servers of its own for the
+    /// kinds that start in milliseconds.
+    pub async fn on(kind: Kind) -> Self {
+        match kind {
+            Kind::Redis => Fixture::redis().await,
+            Kind::Cluster => Fixture::cluster().await,
+            Kind::Redlock => Fixture::redlock().await,
+            Kind::Sentinel => Fixture::sentinel().await,
+            Kind::Memory => Fixture::memory(),
+            Kind::Outside => Fixture::outside(),
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Fixture::etcd().await,
+            #[cfg(not(feature = "etcd"))]
+            Kind::Etcd => panic!("the etcd fixture needs the `etcd` feature"),
+        }
+    }
+
+    /// A fixture on `kind` with servers of the test's own: for a test that
+    /// stops or freezes them, counts their commands, or reads their keys
+    /// without a namespace.
+    pub async fn own_servers(kind: Kind) -> Self {
+        match kind {
+            Kind::Cluster => Fixture::own_cluster().await,
+            Kind::Sentinel => Fixture::own_sentinel().await,
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Fixture::own_etcd().await,
+            other => Fixture::on(other).await,
+        }
+    }
+
+    /// Which backend this is, and so what it can do.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
     /// A server of the test's own: one starts in milliseconds.
     pub async fn redis() -> Self {
-        Fixture::own(Under::Redis(RedisServer::start()))
+        Fixture::own(Kind::Redis, Under::Redis(RedisServer::start()))
     }
 
     /// The binary's cluster of three masters with a replica each, shared
@@ -93,19 +127,22 @@ impl Fixture {
     pub async fn cluster() -> Self {
         static CLUSTER: Shared<RedisCluster> = Shared::new();
         let cluster = blocking(|| CLUSTER.get(RedisCluster::start_steady)).await;
-        Fixture::shared(Under::Cluster(cluster))
+        Fixture::shared(Kind::Cluster, Under::Cluster(cluster))
     }
 
     /// A cluster of the test's own: for a test that stops or freezes it, or
     /// that checks names as the cluster stores them, without a namespace.
     pub async fn own_cluster() -> Self {
         let cluster = blocking(RedisCluster::start).await;
-        Fixture::own(Under::Cluster(Arc::new(cluster)))
+        Fixture::own(Kind::Cluster, Under::Cluster(Arc::new(cluster)))
     }
 
     /// Masters of the test's own: they start in milliseconds.
     pub async fn redlock() -> Self {
-        Fixture::own(Under::Redlock(RedisServer::start_many(REDLOCK_MASTERS)))
+        Fixture::own(
+            Kind::Redlock,
+            Under::Redlock(RedisServer::start_many(REDLOCK_MASTERS)),
+        )
     }
 
     /// The binary's Sentinel deployment (one master, two replicas, three
@@ -114,43 +151,44 @@ impl Fixture {
     pub async fn sentinel() -> Self {
         static DEPLOYMENT: Shared<RedisSentinel> = Shared::new();
         let deployment = blocking(|| DEPLOYMENT.get(RedisSentinel::start_steady)).await;
-        Fixture::shared(Under::Sentinel(deployment))
+        Fixture::shared(Kind::Sentinel, Under::Sentinel(deployment))
     }
 
     /// A Sentinel deployment of the test's own, for a test that stops or
     /// freezes its servers.
     pub async fn own_sentinel() -> Self {
         let deployment = blocking(RedisSentinel::start_quick).await;
-        Fixture::own(Under::Sentinel(Arc::new(deployment)))
+        Fixture::own(Kind::Sentinel, Under::Sentinel(Arc::new(deployment)))
     }
 
     pub fn memory() -> Self {
-        Fixture::own(Under::Memory(Arc::new(MemoryBackend::new())))
+        Fixture::own(Kind::Memory, Under::Memory(Arc::new(MemoryBackend::new())))
     }
 
     /// A backend written outside the crate (`support/outside.rs`).
     pub fn outside() -> Self {
-        Fixture::own(Under::Memory(Arc::new(
-            crate::support::outside::MapBackend::default(),
-        )))
+        Fixture::own(
+            Kind::Outside,
+            Under::Memory(Arc::new(crate::outside::MapBackend::default())),
+        )
     }
 
     /// The binary's etcd member, shared with the other tests under a
     /// namespace of the test's own.
     #[cfg(feature = "etcd")]
     pub async fn etcd() -> Self {
-        use crate::support::etcd::EtcdCluster;
+        use crate::etcd::EtcdCluster;
         static MEMBER: Shared<EtcdCluster> = Shared::new();
         let cluster = blocking(|| MEMBER.get(EtcdCluster::single)).await;
-        Fixture::shared(Under::Etcd(cluster))
+        Fixture::shared(Kind::Etcd, Under::Etcd(cluster))
     }
 
     /// An etcd member of the test's own, for a test that stops or freezes
     /// it.
     #[cfg(feature = "etcd")]
     pub async fn own_etcd() -> Self {
-        let cluster = blocking(crate::support::etcd::EtcdCluster::single).await;
-        Fixture::own(Under::Etcd(Arc::new(cluster)))
+        let cluster = blocking(crate::etcd::EtcdCluster::single).await;
+        Fixture::own(Kind::Etcd, Under::Etcd(Arc::new(cluster)))
     }
 
     /// The namespace of the fixture's lockers: empty on servers of the
@@ -198,21 +236,65 @@ impl Fixture {
             .with_namespace(&self.namespace)
     }
 
+    /// `n` new lockers, each with its own connections, as `n` processes
+    /// would have.
+    pub async fn lockers(&self, n: usize) -> Vec<Locker> {
+        let mut lockers = Vec::with_capacity(n);
+        for _ in 0..n {
+            lockers.push(self.locker().await);
+        }
+        lockers
+    }
+
+    /// The cluster behind a cluster fixture.
+    pub fn redis_cluster(&self) -> Option<&RedisCluster> {
+        match &self.backend {
+            Under::Cluster(cluster) => Some(cluster),
+            _ => None,
+        }
+    }
+
+    /// The etcd members behind an etcd fixture.
+    #[cfg(feature = "etcd")]
+    pub fn etcd_cluster(&self) -> Option<&crate::etcd::EtcdCluster> {
+        match &self.backend {
+            Under::Etcd(cluster) => Some(cluster),
+            _ => None,
+        }
+    }
+
+    /// The Redis server that stores `wire_key` (a key as the store names
+    /// it, namespace included): the server, the master of its slot, or the
+    /// Sentinel deployment's master. `None` on Redlock (every master stores
+    /// it, see [`Fixture::servers_for`]), etcd and the stores in this process.
+    pub fn node_for(&self, wire_key: &str) -> Option<&RedisServer> {
+        match &self.backend {
+            Under::Cluster(cluster) => Some(cluster.node(cluster.master_for(wire_key))),
+            _ => self.master(),
+        }
+    }
+
+    /// The Redis servers that store `wire_key`: the server, every Redlock
+    /// master, the master of its slot, or the Sentinel deployment's master;
+    /// none on etcd and the stores in this process.
+    pub fn servers_for(&self, wire_key: &str) -> Vec<&RedisServer> {
+        match &self.backend {
+            Under::Redlock(masters) => masters.iter().collect(),
+            _ => self.node_for(wire_key).into_iter().collect(),
+        }
+    }
+
     async fn locker_without_namespace(&self) -> Locker {
         match &self.backend {
-            Under::Redis(server) => {
-                Locker::new(server.expect_ok(RedisBackend::connect(&server.url()).await, "connect"))
-            }
-            Under::Cluster(cluster) => {
-                self.check(Locker::cluster(cluster.seeds()).await, "connect")
-            }
-            Under::Redlock(masters) => {
-                let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
-                self.check(Locker::redlock(urls).await, "connect")
-            }
+            Under::Redis(server) => server.locker().await,
+            #[cfg(feature = "cluster")]
+            Under::Cluster(cluster) => cluster.locker().await,
+            #[cfg(not(feature = "cluster"))]
+            Under::Cluster(_) => panic!("the cluster fixture needs the `cluster` feature"),
+            Under::Redlock(masters) => RedisServer::redlock_locker(masters).await,
             Under::Memory(memory) => Locker::new(memory.clone()),
             #[cfg(feature = "etcd")]
-            Under::Etcd(cluster) => self.check(Locker::etcd(cluster.endpoints()).await, "connect"),
+            Under::Etcd(cluster) => cluster.locker().await,
             Under::Sentinel(deployment) => {
                 let backend =
                     SentinelBackend::connect(MASTER_NAME, deployment.sentinel_urls()).await;
@@ -222,7 +304,7 @@ impl Fixture {
     }
 
     /// The server that holds the keys, on backends with one such server.
-    fn master(&self) -> Option<&RedisServer> {
+    pub fn master(&self) -> Option<&RedisServer> {
         match &self.backend {
             Under::Redis(server) => Some(server),
             Under::Sentinel(deployment) => Some(deployment.server(deployment.master())),
