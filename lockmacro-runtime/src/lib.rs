@@ -525,7 +525,7 @@
 //! after `obtain`, `release` or `lost().await`, the figures include it.
 //!
 //! Every metric has two labels: `backend` (`redis`, `sentinel`, `cluster`,
-//! `redlock`, `memory`, or a custom backend's
+//! `redlock`, `etcd`, `memory`, or a custom backend's
 //! [`Backend::name`](backend::Backend::name)) and `namespace` (the
 //! locker's, empty without one). Both are fixed in code, never taken from
 //! keys, so the number of series stays small. For Prometheus, with the
