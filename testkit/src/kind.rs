@@ -80,7 +80,7 @@ impl Kind {
                 FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Replicas
             ),
             Kind::Memory => matches!(capability, FairQueue | Shares | SeveralSlots | ShortLeases),
-            Kind::Outside => matches!(capability, SeveralSlots | ShortLeases),
+            Kind::Outside => matches!(capability, FairQueue | SeveralSlots | ShortLeases),
             Kind::Etcd => matches!(capability, FairQueue | SeveralSlots | Servers),
         }
     }
@@ -120,7 +120,7 @@ macro_rules! __if_capable {
     (Memory, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Memory, [$($rest),*] $then $else);
     };
-    (Outside, [$(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Outside, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Outside, [$($rest),*] $then $else);
     };
     (Etcd, [$(FairQueue)? $(SeveralSlots)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {

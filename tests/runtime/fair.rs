@@ -83,8 +83,8 @@ async fn join(
                 "the queue of `{key}` never held {place} waiters"
             ))
         }
-        Kind::Memory => {
-            // The memory backend answers at once: one poll takes the
+        Kind::Memory | Kind::Outside => {
+            // These backends answer at once: one poll takes the
             // waiter through its attempts to its first wait, queued.
             tokio::select! {
                 biased;
