@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::backend::{Backend, derived_fence_key};
+use crate::backend::Backend;
 use crate::lease::check_duration;
 use crate::options::Fencing;
 use crate::wait::{Request, Wait};
@@ -329,13 +329,14 @@ impl Locker {
         let wire_keys: Vec<String> = keys.iter().map(|key| self.wire_key(key)).collect();
         let fence_key = match &opts.fencing {
             Fencing::Off => None,
-            Fencing::Derived => Some(derived_fence_key(&wire_keys[0])),
+            Fencing::Derived => Some(self.backend().fence_key(&wire_keys[0])),
             Fencing::Key(key) => {
                 check_key(key)?;
                 Some(self.wire_key(key))
             }
         };
-        crate::backend::check_reserved(&wire_keys, fence_key.as_deref())?;
+        self.backend()
+            .check_keys(&wire_keys, fence_key.as_deref())?;
         crate::rules::check(self.backend(), &keys, ttl, &opts)?;
         let request = Request::new(
             self.shared.backend.clone(),

@@ -1,9 +1,9 @@
 //! The storage a [`Locker`](crate::Locker) runs on.
 //!
 //! [`RedisBackend`] (one server), [`SentinelBackend`] (Redis Sentinel),
-//! [`ClusterBackend`] (Redis Cluster), [`RedlockBackend`] (independent
-//! masters, by majority) and [`MemoryBackend`]
-//! ship with the crate. Another store can be plugged in by implementing
+//! [`ClusterBackend`] (Redis Cluster, feature `cluster`), [`RedlockBackend`]
+//! (independent masters, by majority), `EtcdBackend` (an etcd cluster,
+//! feature `etcd`) and [`MemoryBackend`] ship with the crate. Another store can be plugged in by implementing
 //! [`Backend`]; it must give the same guarantees: a key is held by at most one
 //! value at a time, until its ttl passes or the owner releases it, and only a
 //! caller presenting the owner's token can refresh or release it.
@@ -27,7 +27,6 @@ mod slot;
 pub use self::cluster::ClusterBackend;
 #[cfg(feature = "etcd")]
 pub use self::etcd::{EtcdBackend, EtcdConfig};
-pub(crate) use self::keys::{check_reserved, derived_fence_key};
 pub use self::listener::{HandOff, Handed, ReleaseListener};
 pub use self::memory::MemoryBackend;
 pub use self::redis::{RedisBackend, RedisConfig};
@@ -138,9 +137,46 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// A short name for logs and metrics (the `backend` label): `redis`,
-    /// `sentinel`, `cluster`, `redlock`, `memory`; `custom` by default.
+    /// `sentinel`, `cluster`, `redlock`, `etcd`, `memory`; `custom` by
+    /// default.
     fn name(&self) -> &'static str {
         "custom"
+    }
+
+    /// The fence counter that [`Fencing::Derived`](crate::Fencing::Derived)
+    /// gives the lock key `key` (as sent, namespaced): the backend lays out
+    /// the keys it keeps beside a lock. The default, `{key}:fence` (with
+    /// `key` as the hash tag unless it has one, so that the counter shares
+    /// the key's Redis Cluster slot), is what every backend of the crate
+    /// uses, so that a lock moves between backends unchanged.
+    ///
+    /// ```
+    /// use lockmacro_runtime::MemoryBackend;
+    /// use lockmacro_runtime::backend::Backend;
+    ///
+    /// assert_eq!(MemoryBackend::new().fence_key("user:1"), "{user:1}:fence");
+    /// ```
+    fn fence_key(&self, key: &str) -> String {
+        keys::derived_fence_key(key)
+    }
+
+    /// Refuses, before anything is sent, lock keys and a fence key that
+    /// collide with what the backend lays out beside a lock: a key that is
+    /// another's fence counter, fair queue or waiters flag, or a fence key
+    /// that is one of the keys locked. The default refuses the names of the
+    /// default layout (see [`fence_key`](Self::fence_key)) with
+    /// [`LockError::InvalidKey`].
+    ///
+    /// ```
+    /// use lockmacro_runtime::MemoryBackend;
+    /// use lockmacro_runtime::backend::Backend;
+    ///
+    /// let backend = MemoryBackend::new();
+    /// assert!(backend.check_keys(&["user:1".to_owned()], Some("{user:1}:fence")).is_ok());
+    /// assert!(backend.check_keys(&["{user:1}:fence".to_owned()], None).is_err());
+    /// ```
+    fn check_keys(&self, keys: &[String], fence_key: Option<&str>) -> Result<(), LockError> {
+        keys::check_reserved(keys, fence_key)
     }
 
     /// The backend's queue of fair waiters, if it keeps one: an acquire with
@@ -272,6 +308,14 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
         (**self).listen(key)
+    }
+
+    fn fence_key(&self, key: &str) -> String {
+        (**self).fence_key(key)
+    }
+
+    fn check_keys(&self, keys: &[String], fence_key: Option<&str>) -> Result<(), LockError> {
+        (**self).check_keys(keys, fence_key)
     }
 
     fn fair_queue(&self) -> Option<&dyn FairQueue> {
