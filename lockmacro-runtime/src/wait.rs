@@ -64,9 +64,13 @@ impl Request {
             .into_uuid()
             .simple();
         let mut token = [0u8; TOKEN_LEN];
-        uuid.encode_lower(&mut token);
+        let hex = uuid.encode_lower(&mut token);
+        // Copied, rather than formatted again through `Display`.
+        let mut value = String::with_capacity(TOKEN_LEN + opts.metadata.len());
+        value.push_str(hex);
+        value.push_str(&opts.metadata);
         Request {
-            value: format!("{uuid}{}", opts.metadata),
+            value,
             drift: backend.drift(ttl),
             backend,
             keys,

@@ -82,10 +82,16 @@ pub(in crate::backend) struct Call<'a, K, A> {
 
 impl<K: redis::ToRedisArgs, A: redis::ToRedisArgs> Command for Call<'_, K, A> {
     /// `verb body <number of keys> keys… args…`, as one plain command, its
-    /// arguments in one buffer.
+    /// arguments in one buffer, sized up front as redis-rs sizes a script
+    /// invocation's: growing it argument by argument reallocates it several
+    /// times per call.
     fn build(&self, verb: &str, body: &str) -> Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(body)
+        /// Room for one key or argument: a namespaced key, a token.
+        const PER_ARG: usize = 48;
+        let count = self.keys.len() + self.args.len();
+        let mut cmd = Cmd::with_capacity(count + 3, verb.len() + body.len() + 8 + PER_ARG * count);
+        cmd.arg(verb)
+            .arg(body)
             .arg(self.keys.len())
             .arg(self.keys)
             .arg(self.args);
