@@ -323,7 +323,7 @@ impl Election {
         // the backend cannot wake waiters; but without a deadline.
         let mut retry =
             RetryStrategy::exponential(Duration::from_millis(2), Duration::from_millis(200));
-        if self.fair && self.locker.backend().fair_queue().is_some() {
+        if self.fair && self.locker.backend().capabilities().fair_queue.is_some() {
             options = options.fair();
             retry = retry.deadline(FAIR_TURN);
         }

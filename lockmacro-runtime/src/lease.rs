@@ -260,7 +260,7 @@ impl Lease {
     /// owner released it first; failed, the deadline stays at the grant
     /// lease's end, which a watchdog's refresh may still move.
     pub(crate) async fn confirm_grant(self: Arc<Self>) {
-        let Some(queue) = self.backend.fair_queue() else {
+        let Some(queue) = self.backend.capabilities().fair_queue else {
             return;
         };
         let ttl = self.timing().ttl;

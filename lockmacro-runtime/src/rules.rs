@@ -171,7 +171,7 @@ fn check_fair(
     keys: &[String],
     opts: &ObtainOptions,
 ) -> Result<(), LockError> {
-    if backend.fair_queue().is_none() {
+    if backend.capabilities().fair_queue.is_none() {
         return Err(unsupported(
             keys,
             "this backend keeps no queue of waiters, so it cannot hand locks over fairly \
@@ -202,7 +202,7 @@ fn check_share(backend: &dyn Backend, keys: &[String], share: Share) -> Result<(
                 .into(),
         });
     }
-    if !backend.keeps_shares() {
+    if !backend.capabilities().shares {
         let what = match share {
             Share::Permits(_) => "permits",
             _ => "read-write locks",
@@ -227,7 +227,7 @@ fn check_replicas(
     ttl: Duration,
     opts: &ObtainOptions,
 ) -> Result<(), LockError> {
-    if !backend.acknowledges_replicas() {
+    if !backend.capabilities().replicas {
         return Err(unsupported(
             keys,
             "this backend cannot wait for replicas to acknowledge a lock (Redlock's masters \

@@ -156,7 +156,11 @@ impl<'a> Wait<'a> {
             start,
             deadline: opts.retry.get_deadline().map(|wait| start + wait),
             wakeups_only: opts.wakeups_only || opts.fair,
-            queue: request.backend.fair_queue().filter(|_| opts.fair),
+            queue: request
+                .backend
+                .capabilities()
+                .fair_queue
+                .filter(|_| opts.fair),
             attempts: 0,
             sent_attempts: 0,
             listening: None,

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use lockmacro_runtime::LockError;
 use lockmacro_runtime::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, DEFAULT_GRANT_LEASE, FairQueue, HandOff, Handed,
-    ReleaseListener, TOKEN_LEN,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, DEFAULT_GRANT_LEASE, FairQueue,
+    HandOff, Handed, ReleaseListener, TOKEN_LEN,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -329,8 +329,8 @@ impl Backend for MapBackend {
         "map"
     }
 
-    fn fair_queue(&self) -> Option<&dyn FairQueue> {
-        Some(self)
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none().with_fair_queue(self)
     }
 }
 

@@ -184,7 +184,7 @@ async fn waiter_is_woken_on_the_new_master_by_a_release_after_the_failover() {
 async fn replicas_option_waits_for_the_masters_replicas_and_gives_the_lock_back_without_them() {
     let deployment = start().await;
     let locker = Locker::new(backend(&deployment).await);
-    assert!(locker.backend().acknowledges_replicas());
+    assert!(locker.backend().capabilities().replicas);
     let master = deployment.master();
     let replicas: Vec<usize> = (0..3).filter(|&index| index != master).collect();
 

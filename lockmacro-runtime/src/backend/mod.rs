@@ -179,38 +179,86 @@ pub trait Backend: Send + Sync + 'static {
         keys::check_reserved(keys, fence_key)
     }
 
+    /// What the backend can do beyond taking whole keys (see
+    /// [`Capabilities`]). None of it by default: a
+    /// [`Locker`](crate::Locker) then refuses fair obtains, shares and
+    /// replica waits on it before anything is sent.
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none()
+    }
+}
+
+/// Every optional capability of a backend, in one place: what
+/// [`Backend::capabilities`] answers, and what the checks of an obtain read
+/// before anything is sent. An obtain that asks for what its backend lacks
+/// fails with [`BackendErrorKind::Unsupported`](crate::BackendErrorKind::Unsupported).
+///
+/// ```
+/// use lockmacro_runtime::MemoryBackend;
+/// use lockmacro_runtime::backend::{Backend, Capabilities};
+///
+/// let memory = MemoryBackend::new();
+/// let capabilities = memory.capabilities();
+/// assert!(capabilities.fair_queue.is_some() && capabilities.shares);
+/// assert!(!capabilities.replicas);
+/// assert!(Capabilities::none().fair_queue.is_none());
+/// ```
+#[derive(Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct Capabilities<'a> {
     /// The backend's queue of fair waiters, if it keeps one: an acquire with
     /// [`AcquireRequest::queue_for`] then respects and joins the key's
-    /// queue, and a release hands the key to the head of the queue. `None`
-    /// by default: a [`Locker`](crate::Locker) refuses fair obtains on such a
-    /// backend with [`BackendErrorKind::Unsupported`](crate::BackendErrorKind::Unsupported).
-    fn fair_queue(&self) -> Option<&dyn FairQueue> {
-        None
-    }
-
-    /// True when the backend honours [`AcquireRequest::replicas`]: it waits
-    /// for that many replicas of the server that took the keys. False by
-    /// default: a [`Locker`](crate::Locker) refuses obtains that ask for
-    /// replicas on such a backend, rather than let them go unreplicated.
-    fn acknowledges_replicas(&self) -> bool {
-        false
-    }
-
-    /// True when the backend honours [`AcquireRequest::share`]: it keeps
-    /// several leases on one key (permits, reads, or the write alone), each
+    /// queue, and a release hands the key to the head of the queue.
+    pub fair_queue: Option<&'a dyn FairQueue>,
+    /// The backend honours [`AcquireRequest::share`]: it keeps several
+    /// leases on one key (permits, reads, or the write alone), each
     /// refreshed, released and measured through the same
-    /// [`refresh`](Self::refresh), [`release`](Self::release) and
-    /// [`remaining`](Self::remaining) calls as a lock, by key and token.
-    /// False by default: a [`Locker`](crate::Locker) refuses shares on such
-    /// a backend rather than let it take the whole key.
-    fn keeps_shares(&self) -> bool {
-        false
+    /// [`refresh`](Backend::refresh), [`release`](Backend::release) and
+    /// [`remaining`](Backend::remaining) calls as a lock, by key and token.
+    pub shares: bool,
+    /// The backend honours [`AcquireRequest::replicas`]: it waits for that
+    /// many replicas of the server that took the keys.
+    pub replicas: bool,
+}
+
+impl<'a> Capabilities<'a> {
+    /// No optional capability: whole keys only.
+    pub fn none() -> Self {
+        Capabilities::default()
+    }
+
+    /// With `queue`, the backend's queue of fair waiters.
+    pub fn with_fair_queue(mut self, queue: &'a dyn FairQueue) -> Self {
+        self.fair_queue = Some(queue);
+        self
+    }
+
+    /// Keeping shares of a key (permits, reads and writes).
+    pub fn with_shares(mut self) -> Self {
+        self.shares = true;
+        self
+    }
+
+    /// Waiting for replicas to acknowledge the keys taken.
+    pub fn with_replicas(mut self) -> Self {
+        self.replicas = true;
+        self
+    }
+}
+
+impl std::fmt::Debug for Capabilities<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capabilities")
+            .field("fair_queue", &self.fair_queue.is_some())
+            .field("shares", &self.shares)
+            .field("replicas", &self.replicas)
+            .finish()
     }
 }
 
 /// A backend's queue of fair waiters: the one capability a backend adds to
 /// serve [`ObtainOptions::fair`](crate::ObtainOptions::fair); see
-/// [`Backend::fair_queue`].
+/// [`Capabilities::fair_queue`].
 ///
 /// The queue lives in [`Backend::acquire`] (a request with
 /// [`AcquireRequest::queue_for`] takes the key only if nobody is queued
@@ -318,15 +366,7 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         (**self).check_keys(keys, fence_key)
     }
 
-    fn fair_queue(&self) -> Option<&dyn FairQueue> {
-        (**self).fair_queue()
-    }
-
-    fn acknowledges_replicas(&self) -> bool {
-        (**self).acknowledges_replicas()
-    }
-
-    fn keeps_shares(&self) -> bool {
-        (**self).keeps_shares()
+    fn capabilities(&self) -> Capabilities<'_> {
+        (**self).capabilities()
     }
 }

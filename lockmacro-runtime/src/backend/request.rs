@@ -32,7 +32,7 @@ pub struct AcquireRequest<'a> {
     /// without joining it. `None`: an ordinary attempt.
     pub queue_for: Option<Duration>,
     /// Replicas that must acknowledge the keys once taken (`0`: none); see
-    /// [`Backend::acknowledges_replicas`]. A backend that takes the keys but
+    /// [`Capabilities::replicas`](super::Capabilities::replicas). A backend that takes the keys but
     /// hears fewer acknowledgements gives the keys back and fails with
     /// [`LockError::NotReplicated`].
     pub replicas: usize,
@@ -51,7 +51,7 @@ pub struct AcquireRequest<'a> {
     pub attempt: u32,
     /// `Some(share)`: take a share of the one key (one of its permits, or a
     /// read or the write of a read-write lock; see
-    /// [`Backend::keeps_shares`]) rather than the key itself.
+    /// [`Capabilities::shares`](super::Capabilities::shares)) rather than the key itself.
     pub share: Option<Share>,
 }
 

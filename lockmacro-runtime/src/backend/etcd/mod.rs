@@ -36,8 +36,8 @@ use self::members::error;
 use self::wire::{member_name, queue_prefix};
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
-    TOKEN_LEN,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, RefreshRequest,
+    ReleaseListener, TOKEN_LEN,
 };
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -356,8 +356,8 @@ impl Backend for EtcdBackend {
         Box::pin(self.watch_releases(key, false))
     }
 
-    fn fair_queue(&self) -> Option<&dyn FairQueue> {
-        Some(self)
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none().with_fair_queue(self)
     }
 }
 

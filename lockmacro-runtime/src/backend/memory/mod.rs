@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use self::state::{Held, State};
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RefreshRequest, ReleaseListener,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, RefreshRequest,
+    ReleaseListener,
 };
 
 /// Locks held in this process's memory, with the same semantics as Redis:
@@ -192,12 +193,8 @@ impl Backend for MemoryBackend {
         ready(ReleaseListener::new(self.state().listen(key), ()))
     }
 
-    fn fair_queue(&self) -> Option<&dyn FairQueue> {
-        Some(self)
-    }
-
-    fn keeps_shares(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none().with_fair_queue(self).with_shares()
     }
 }
 

@@ -350,16 +350,11 @@ macro_rules! speaks_protocol {
                 Box::pin(self.protocol.listen(key, None))
             }
 
-            fn fair_queue(&self) -> Option<&dyn $crate::backend::FairQueue> {
-                Some(self)
-            }
-
-            fn acknowledges_replicas(&self) -> bool {
-                true
-            }
-
-            fn keeps_shares(&self) -> bool {
-                true
+            fn capabilities(&self) -> $crate::backend::Capabilities<'_> {
+                $crate::backend::Capabilities::none()
+                    .with_fair_queue(self)
+                    .with_shares()
+                    .with_replicas()
             }
         }
 

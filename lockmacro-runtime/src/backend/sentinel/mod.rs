@@ -16,8 +16,8 @@ use self::lookup::{Lookup, parse_master};
 use crate::backend::redis::retry;
 use crate::backend::redis::{enable_tls, open_client};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, FairQueue, RedisBackend, RefreshRequest,
-    ReleaseListener,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, RedisBackend,
+    RefreshRequest, ReleaseListener,
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
@@ -428,16 +428,11 @@ impl Backend for SentinelBackend {
         Box::pin(self.listen_with(move |backend| async move { backend.listen(key).await }))
     }
 
-    fn fair_queue(&self) -> Option<&dyn FairQueue> {
-        Some(self)
-    }
-
-    fn acknowledges_replicas(&self) -> bool {
-        true
-    }
-
-    fn keeps_shares(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none()
+            .with_fair_queue(self)
+            .with_shares()
+            .with_replicas()
     }
 }
 
