@@ -80,10 +80,10 @@ impl Locker {
 ///   announce releases ([`RedlockBackend`](crate::RedlockBackend), and a
 ///   custom backend without [`Backend::listen`](crate::backend::Backend::listen))
 ///   candidates try again after a backoff of up to 200 ms.
-/// - **Backend errors.** An attempt that fails because the backend could not
-///   be reached or answered with an error
-///   ([`BackendErrorKind::Unreachable`], [`Timeout`](BackendErrorKind::Timeout),
-///   [`Other`](BackendErrorKind::Other)) is logged as a warning and tried
+/// - **Backend errors.** An attempt that fails in a way trying again may
+///   cure ([`LockError::is_transient`]: the backend could not be reached,
+///   did not answer in time or answered with an error of its own) is
+///   logged as a warning and tried
 ///   again after an exponential backoff (from 50 ms, at most the ttl or 5 s),
 ///   for as long as the campaign lasts: a follower waits through an outage.
 ///   Errors that trying again cannot cure are returned: an invalid role, ttl
@@ -209,7 +209,7 @@ impl Election {
                 }
                 // A fair candidate's turn in the queue is over: queue again.
                 Err(LockError::NotObtained { .. }) => failures = 0,
-                Err(err) if retryable(&err) => {
+                Err(err) if err.is_transient() => {
                     failures += 1;
                     let delay = backoff.delay_after(failures).unwrap_or(MAX_BACKOFF);
                     tracing::warn!(target: "lockmacro", role = %self.role, error = %err, failures, ?delay, "campaign could not reach the backend; trying again");
@@ -330,18 +330,6 @@ impl Election {
         options = options.retry(retry);
         options.wakeups_only = true;
         options
-    }
-}
-
-/// True for failures that trying again may cure: the backend could not be
-/// reached, did not answer in time, or answered with an error of its own.
-fn retryable(err: &LockError) -> bool {
-    match err {
-        LockError::Backend(err) => matches!(
-            err.kind(),
-            BackendErrorKind::Unreachable | BackendErrorKind::Timeout | BackendErrorKind::Other
-        ),
-        _ => false,
     }
 }
 

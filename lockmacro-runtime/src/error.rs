@@ -114,6 +114,45 @@ impl LockError {
     pub fn is_not_held(&self) -> bool {
         matches!(self, LockError::NotHeld { .. } | LockError::Lost { .. })
     }
+
+    /// True for failures that the same call may get past later, with
+    /// nothing changed on the caller's side: the backend could not be
+    /// reached, did not answer in time, was failing over or answered with an
+    /// error of its own ([`BackendErrorKind::is_transient`]), or too few
+    /// replicas acknowledged a lock ([`LockError::NotReplicated`]). False for
+    /// what retrying cannot cure (credentials, permissions, TLS, a key, a
+    /// duration or a URL refused, a combination the backend does not
+    /// support) and for the outcomes of contention, which have their own
+    /// tests: [`is_not_obtained`](Self::is_not_obtained) (someone else holds
+    /// the key) and [`is_not_held`](Self::is_not_held) (the lock is no
+    /// longer ours).
+    ///
+    /// A service can map errors to responses with these three tests:
+    ///
+    /// ```
+    /// use lockmacro_runtime::LockError;
+    ///
+    /// /// The HTTP status for a handler whose lock failed.
+    /// fn status(err: &LockError) -> u16 {
+    ///     if err.is_not_obtained() {
+    ///         409 // busy: someone else is doing it
+    ///     } else if err.is_transient() {
+    ///         503 // the lock store is unavailable: try again later
+    ///     } else {
+    ///         500 // a bug or a misconfiguration: retrying will not help
+    ///     }
+    /// }
+    ///
+    /// assert_eq!(status(&LockError::NotObtained { key: "user:42".into() }), 409);
+    /// assert_eq!(status(&LockError::NotConfigured), 500);
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LockError::Backend(err) => err.kind().is_transient(),
+            LockError::NotReplicated { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 /// What kind of backend failure happened: decides whether retrying can help.
@@ -138,6 +177,34 @@ pub enum BackendErrorKind {
     Unsupported,
     /// Any other error reported by the server or the client.
     Other,
+}
+
+impl BackendErrorKind {
+    /// True for the kinds that trying again may cure: [`Unreachable`],
+    /// [`Timeout`] and [`Other`] (which covers a server failing over, still
+    /// loading, or answering as a read-only replica). False for
+    /// [`Authentication`], [`Permission`], [`Tls`] and [`Unsupported`].
+    ///
+    /// [`Unreachable`]: Self::Unreachable
+    /// [`Timeout`]: Self::Timeout
+    /// [`Other`]: Self::Other
+    /// [`Authentication`]: Self::Authentication
+    /// [`Permission`]: Self::Permission
+    /// [`Tls`]: Self::Tls
+    /// [`Unsupported`]: Self::Unsupported
+    ///
+    /// ```
+    /// use lockmacro_runtime::BackendErrorKind;
+    ///
+    /// assert!(BackendErrorKind::Timeout.is_transient());
+    /// assert!(!BackendErrorKind::Authentication.is_transient());
+    /// ```
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            BackendErrorKind::Unreachable | BackendErrorKind::Timeout | BackendErrorKind::Other
+        )
+    }
 }
 
 /// A failure of the backend, with the server's own message.

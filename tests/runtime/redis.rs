@@ -203,6 +203,7 @@ async fn refused_connection_is_a_backend_error_in_bounded_time() {
         panic!("{err:?}")
     };
     assert_eq!(backend.kind(), BackendErrorKind::Unreachable, "{err}");
+    assert!(err.is_transient(), "{err}");
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -259,6 +260,7 @@ async fn silent_server_times_out_in_bounded_time() {
         panic!("{err:?}")
     };
     assert_eq!(backend.kind(), BackendErrorKind::Timeout, "{err}");
+    assert!(err.is_transient(), "{err}");
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "{:?}",
@@ -287,6 +289,10 @@ async fn server_gone_after_connect_fails_obtain_in_bounded_time() {
         .unwrap_err();
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
     assert!(
+        err.is_transient(),
+        "a frozen server is worth trying again: {err}"
+    );
+    assert!(
         start.elapsed() < Duration::from_secs(5),
         "{:?}",
         start.elapsed()
@@ -303,6 +309,7 @@ async fn wrong_password_says_authentication_failed() {
         panic!("{err:?}")
     };
     assert_eq!(backend.kind(), BackendErrorKind::Authentication, "{err}");
+    assert!(!err.is_transient(), "wrong credentials stay wrong: {err}");
     assert!(err.to_string().contains("authentication failed"), "{err}");
     assert!(!err.to_string().contains("wrong-password"), "{err}");
 
