@@ -270,19 +270,7 @@ async fn timed_increments(
                     }
                 };
                 let start = Instant::now();
-                let value: i64 = redis::cmd("GET")
-                    .arg("counter")
-                    .query_async::<Option<i64>>(&mut conn)
-                    .await
-                    .unwrap()
-                    .unwrap_or(0);
-                tokio::task::yield_now().await;
-                let () = redis::cmd("SET")
-                    .arg("counter")
-                    .arg(value + 1)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                witness::increment(&mut conn).await;
                 sections.push(Section {
                     task,
                     round,

@@ -123,19 +123,7 @@ async fn increments(server: &RedisServer, with_lock: bool) -> i64 {
                 } else {
                     None
                 };
-                let value: i64 = redis::cmd("GET")
-                    .arg("counter")
-                    .query_async::<Option<i64>>(&mut conn)
-                    .await
-                    .unwrap()
-                    .unwrap_or(0);
-                tokio::task::yield_now().await;
-                let () = redis::cmd("SET")
-                    .arg("counter")
-                    .arg(value + 1)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                lockmacro_testkit::witness::counter::increment(&mut conn).await;
                 if let Some(lock) = lock {
                     lock.release().await.unwrap();
                 }

@@ -52,19 +52,7 @@ pub async fn increments(lockers: Vec<Locker>, counter: &RedisServer, ttl: Durati
                 };
                 let others = inside.fetch_add(1, Ordering::SeqCst);
                 assert_eq!(others, 0, "round {round}: {others} other holder(s) inside");
-                let value: i64 = redis::cmd("GET")
-                    .arg("counter")
-                    .query_async::<Option<i64>>(&mut conn)
-                    .await
-                    .unwrap()
-                    .unwrap_or(0);
-                tokio::task::yield_now().await;
-                let () = redis::cmd("SET")
-                    .arg("counter")
-                    .arg(value + 1)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                increment(&mut conn).await;
                 assert!(
                     Instant::now() < lock.deadline(),
                     "round {round}: the lease ran out inside the critical section"
@@ -82,4 +70,22 @@ pub async fn increments(lockers: Vec<Locker>, counter: &RedisServer, ttl: Durati
         }
     }
     counter.cmd::<Option<i64>>(&["GET", "counter"]).unwrap_or(0)
+}
+
+/// Adds one to `counter` on `conn` without atomicity: GET, a yield, SET. Two
+/// callers at once lose an update, which is what the witnesses look for.
+pub async fn increment(conn: &mut redis::aio::MultiplexedConnection) {
+    let value: i64 = redis::cmd("GET")
+        .arg("counter")
+        .query_async::<Option<i64>>(&mut *conn)
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    tokio::task::yield_now().await;
+    let () = redis::cmd("SET")
+        .arg("counter")
+        .arg(value + 1)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
 }
