@@ -163,7 +163,9 @@ pub enum BackendErrorKind {
     Unreachable,
     /// The server did not answer in time.
     Timeout,
-    /// The server refused the credentials.
+    /// The server refused the credentials, or wants some and the URL gave
+    /// none: put the user and password in the URL
+    /// (`redis://user:password@host:port/`). Retrying does not help.
     Authentication,
     /// The user lacks a permission the library needs (Redis ACL).
     Permission,
@@ -175,6 +177,10 @@ pub enum BackendErrorKind {
     /// backend without a queue of waiters, replicas where there are none):
     /// the message says what to do instead. Retrying does not help.
     Unsupported,
+    /// The peer is not a Redis server: it answered the connect in another
+    /// protocol (an HTTP server, another database on the port). Check the
+    /// host and port of the URL; retrying does not help.
+    Protocol,
     /// Any other error reported by the server or the client.
     Other,
 }
@@ -191,6 +197,7 @@ impl BackendErrorKind {
     /// [`Authentication`]: Self::Authentication
     /// [`Permission`]: Self::Permission
     /// [`Tls`]: Self::Tls
+    /// [`Protocol`]: Self::Protocol
     /// [`Unsupported`]: Self::Unsupported
     ///
     /// ```
@@ -204,6 +211,28 @@ impl BackendErrorKind {
             self,
             BackendErrorKind::Unreachable | BackendErrorKind::Timeout | BackendErrorKind::Other
         )
+    }
+
+    /// A short lowercase name for logs and metric labels: `unreachable`,
+    /// `timeout`, `authentication`, `permission`, `tls`, `unsupported`,
+    /// `protocol`, `other`.
+    ///
+    /// ```
+    /// use lockmacro_runtime::BackendErrorKind;
+    ///
+    /// assert_eq!(BackendErrorKind::Unreachable.as_str(), "unreachable");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendErrorKind::Unreachable => "unreachable",
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Authentication => "authentication",
+            BackendErrorKind::Permission => "permission",
+            BackendErrorKind::Tls => "tls",
+            BackendErrorKind::Unsupported => "unsupported",
+            BackendErrorKind::Protocol => "protocol",
+            BackendErrorKind::Other => "other",
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
 
 use super::config::RedisConfig;
-use super::errors::{TLS_SILENCE, backend_error, redact};
+use super::errors::{TLS_SILENCE, backend_error, not_redis, redact};
 use super::scripts::{
     ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
     RELEASE_LUA, REMAINING_LUA,
@@ -114,10 +114,20 @@ pub(in crate::backend) async fn manager_for(
         // background for long: a lock call must fail in bounded time.
         .set_number_of_retries(1)
         .set_max_delay(config.connect_timeout);
-    let connect = ConnectionManager::new_with_config(client.clone(), manager_config);
+    let connect = async {
+        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+        // A server that wants a password accepts a connection without one and
+        // refuses each command, and a port of another service may answer in
+        // its own protocol: one PING tells both here, not at the first lock.
+        redis::cmd("PING")
+            .query_async::<redis::Value>(&mut conn)
+            .await?;
+        Ok(conn)
+    };
     // The manager's own timeout covers each TCP attempt; this bounds the
-    // whole handshake (AUTH, HELLO, SELECT) as well.
-    let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+    // whole of connecting (TLS, AUTH, HELLO, SELECT, the PING) by the same
+    // connect timeout, as its documentation promises.
+    let conn = tokio::time::timeout(config.connect_timeout, connect)
         .await
         .map_err(|_| {
             let mut message = "no answer in time".to_owned();
@@ -162,6 +172,9 @@ pub(in crate::backend) async fn preload(mut conn: ConnectionManager, timeout: Du
 /// A failed connect of a [`RedisBackend`]: `tls` tells whether the URL asked
 /// for TLS.
 fn connect_error(server: &str, tls: bool, err: RedisError) -> BackendError {
+    if let Some(error) = not_redis(server, &err) {
+        return error.with_source(err);
+    }
     let closed = !tls && err.is_connection_dropped() && !err.is_connection_refusal();
     let text = err.to_string();
     let error = backend_error(server, "connect", err);

@@ -18,7 +18,7 @@ pub(crate) use self::connect::open_manager;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::connect::{enable_tls, open_client, prepare_tls};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::errors::Failure;
+pub(super) use self::errors::{Failure, not_redis};
 pub(crate) use self::errors::{backend_error, redact};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::locks::{Protocol, speaks_protocol};
