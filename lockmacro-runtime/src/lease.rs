@@ -212,7 +212,8 @@ impl Lease {
         let refreshed = self
             .backend
             .refresh(self.wire_keys(), self.token(), ttl)
-            .await?;
+            .await
+            .inspect_err(|err| metrics::failed(self.labels(), metrics::Op::Refresh, err))?;
         if refreshed {
             self.refreshed(ttl, sent);
             if self.lost.load(Ordering::Acquire) {
@@ -281,6 +282,9 @@ impl Lease {
         // Counted before the caller's `await` returns, whatever the answer:
         // the owner holds the lease no longer.
         self.end();
+        if let Err(err) = &released {
+            metrics::failed(self.labels(), metrics::Op::Release, err);
+        }
         if released? {
             tracing::debug!(target: "lockmacro", key = %self.key(), "released");
             metrics::released(self.labels());

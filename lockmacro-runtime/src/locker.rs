@@ -62,6 +62,7 @@ fn check_key(key: &str) -> Result<(), LockError> {
 impl Locker {
     /// A locker on `backend`.
     pub fn new(backend: impl Backend) -> Self {
+        crate::metrics::describe();
         Locker {
             shared: Arc::new(Shared {
                 backend: Arc::new(backend),

@@ -250,6 +250,7 @@ impl<'a> Wait<'a> {
                 ) {
                     self.claim.armed = false;
                 }
+                metrics::failed(self.labels, metrics::Op::Obtain, &err);
                 return Err(err);
             }
         };
