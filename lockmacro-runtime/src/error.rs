@@ -274,3 +274,15 @@ impl BackendError {
         self.kind
     }
 }
+
+/// `key` as messages name it: as the caller gave it, with the locker's
+/// namespace beside it when there is one (`` `customer:42` (namespace
+/// `shop`) ``), so that the key the caller wrote is found in the message and
+/// the key on the server can be told from it.
+pub(crate) fn described_key(key: &str, namespace: &str) -> String {
+    if namespace.is_empty() {
+        format!("`{key}`")
+    } else {
+        format!("`{key}` (namespace `{namespace}`)")
+    }
+}
