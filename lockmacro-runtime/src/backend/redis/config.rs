@@ -59,7 +59,7 @@ fn clamp_expiry(value: Duration) -> Duration {
 
 impl RedisConfig {
     /// How long connecting to a server may take, in all: the TCP
-    /// connection, the TLS handshake, `AUTH` and a `PING` that checks the
+    /// connection, the TLS handshake, `AUTH` and a `TIME` that checks the
     /// credentials and that the peer speaks Redis. Default 3 s. A connect
     /// that does not finish in time fails with
     /// [`BackendErrorKind::Timeout`](crate::BackendErrorKind::Timeout); the

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
+use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError};
 
 use super::config::RedisConfig;
 use super::errors::{TLS_SILENCE, backend_error, not_redis, redact};
@@ -118,14 +118,20 @@ pub(in crate::backend) async fn manager_for(
         let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
         // A server that wants a password accepts a connection without one and
         // refuses each command, and a port of another service may answer in
-        // its own protocol: one PING tells both here, not at the first lock.
-        redis::cmd("PING")
+        // its own protocol: one command tells both here, not at the first
+        // lock. `TIME`, which the lock scripts call, is in the permissions
+        // the README lists, so a user granted just those leaves no refusal
+        // in the server's ACL log.
+        match redis::cmd("TIME")
             .query_async::<redis::Value>(&mut conn)
-            .await?;
-        Ok(conn)
+            .await
+        {
+            Err(err) if !answered_past_credentials(&err) => Err(err),
+            _ => Ok(conn),
+        }
     };
     // The manager's own timeout covers each TCP attempt; this bounds the
-    // whole of connecting (TLS, AUTH, HELLO, SELECT, the PING) by the same
+    // whole of connecting (TLS, AUTH, HELLO, SELECT, the TIME) by the same
     // connect timeout, as its documentation promises.
     let conn = tokio::time::timeout(config.connect_timeout, connect)
         .await
@@ -167,6 +173,14 @@ pub(in crate::backend) async fn preload(mut conn: ConnectionManager, timeout: Du
     if let Ok(Err(err)) = tokio::time::timeout(timeout, load).await {
         tracing::debug!(target: "lockmacro", error = %err, "scripts not preloaded; loaded on first use");
     }
+}
+
+/// True when `err`, the reply to the connect's check, still shows a Redis
+/// server that took the credentials: a refusal of its own (a user not
+/// allowed `TIME`, a server still loading) other than asking for them.
+fn answered_past_credentials(err: &RedisError) -> bool {
+    matches!(err.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+        && !matches!(err.code(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 /// A failed connect of a [`RedisBackend`]: `tls` tells whether the URL asked
