@@ -240,6 +240,7 @@ impl Locker {
         let lock = self.obtain_many(&keys, options.ttl, options.obtain).await?;
         let guard = lock.keep_alive_every(options.refresh.unwrap_or(options.ttl / 3))?;
         let key = guard.key().to_owned();
+        let lost = guard.lease().lost_error();
         let body = crate::reentry::scope(&guard, body(guard.share()));
         let outcome = match options.on_lost {
             OnLost::Abort => supervise(&guard, body).await,
@@ -255,7 +256,7 @@ impl Locker {
             // Reported on the local deadline, whatever the server does:
             // dropping the guard releases in the background.
             drop(guard);
-            return Err(LockError::Lost { key });
+            return Err(lost);
         };
         finish(guard, options.hold_at_least).await;
         match outcome {
