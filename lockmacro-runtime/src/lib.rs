@@ -566,6 +566,8 @@ mod watchdog;
 
 #[doc(hidden)]
 pub mod __private;
+#[doc(hidden)]
+pub mod missing_feature;
 
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
