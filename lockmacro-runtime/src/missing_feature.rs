@@ -6,6 +6,7 @@
 //! nothing implements, so none can be called, and each is hidden from the
 //! documentation, where the real constructor is shown.
 
+#[cfg(not(all(feature = "cluster", feature = "etcd")))]
 use crate::{LockError, Locker};
 
 /// Implemented by nothing: the bound of `Locker::cluster` in a build
