@@ -34,11 +34,11 @@ fn scripts_match_the_record() {
         match SCRIPTS.iter().find(|s| s.name == *name) {
             Some(known) if known.sha256 == hash => {}
             Some(known) => stale.push(format!(
-                "{name} changed: review the models {:?} against it, then record sha256 {hash}",
+                "{name} changed: review the models {:?} against it, then record sha256 {hash} in model/src/scripts.rs",
                 known.models
             )),
             None => stale.push(format!(
-                "{name} is new: model it (or say in docs/model.md why not), then record sha256 {hash}"
+                "{name} is new: model it (or say in docs/model.md why not), then record sha256 {hash} in model/src/scripts.rs"
             )),
         }
     }
