@@ -39,7 +39,7 @@ fn timing(horizon: u8) -> Timing {
 #[test]
 fn the_plain_lock_keeps_every_property() {
     let model = Plain {
-        attempts: 2,
+        attempts: 3,
         ..Plain::new(2, timing(4))
     };
     exhaust("plain, 2 clients", model).assert_properties();
