@@ -31,9 +31,11 @@ mod scripts;
 mod shares;
 mod time;
 
-pub use fair::{Fair, FairMutations, FairState};
-pub use fences::{Fences, FencesMutations, FencesState};
-pub use plain::{Plain, PlainMutations, PlainState};
+pub use fair::{Entry, Fair, FairAction, FairMsg, FairMutations, FairOp, FairState, Held, Waiter};
+pub use fences::{Fences, FencesAction, FencesMutations, FencesState, Taker};
+pub use plain::{Answer, Client, Msg, Op, Phase, Plain, PlainAction, PlainMutations, PlainState};
 pub use scripts::{SCRIPTS, Script};
-pub use shares::{Shares, SharesKind, SharesMutations, SharesState};
+pub use shares::{
+    Flight, Holder, ShareOp, Shares, SharesAction, SharesKind, SharesMutations, SharesState,
+};
 pub use time::Timing;

@@ -17,6 +17,10 @@ use stateright::{Model, Property};
 
 use crate::time::Timing;
 
+mod state;
+
+pub use state::{Answer, Client, Msg, Op, Phase, PlainAction, PlainState};
+
 /// Breaks the plain protocol on purpose, to show that each property can fail.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PlainMutations {
@@ -72,128 +76,6 @@ impl Plain {
             mutations: PlainMutations::default(),
         }
     }
-}
-
-/// What a client asks of the server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// An attempt; `listen` when the client listens and asks for the flag.
-    Acquire { listen: bool },
-    /// `refresh.lua`.
-    Refresh,
-    /// `release.lua`.
-    Release,
-    /// The mutated flag: set apart from the attempt.
-    Mark,
-}
-
-/// The server's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Answer {
-    /// The key is the client's.
-    Taken,
-    /// Held by another for `pttl` more ticks.
-    Busy { pttl: u8 },
-    /// Whether the refresh extended the key.
-    Refreshed(bool),
-    /// A release or a mark, done.
-    Done,
-}
-
-/// One request or its reply, in flight.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Msg {
-    /// Sent at `sent`, not yet run by the server.
-    Request { op: Op, sent: u8 },
-    /// Run; the answer travels back.
-    Reply { op: Op, sent: u8, answer: Answer },
-}
-
-/// Where a client's obtain is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Not started.
-    Idle,
-    /// An attempt is out (or was lost and is due again).
-    Attempting { listen: bool },
-    /// Found it busy; listening until woken or until `wake_at`.
-    Listening { wake_at: u8 },
-    /// Believes it holds the key until `deadline` (server time).
-    Holding { deadline: u8 },
-    /// A release or give-back is out.
-    Releasing,
-    /// Finished, by a release, a loss or giving up.
-    Done,
-}
-
-/// One client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Client {
-    /// Its obtain.
-    pub phase: Phase,
-    /// Its one request or reply in flight.
-    pub net: Option<Msg>,
-    /// A release was announced to its listener.
-    pub woken: bool,
-    /// Attempts sent.
-    pub attempts: u8,
-    /// How slow its clock runs (see [`Plain::max_skew`]).
-    pub skew: u8,
-}
-
-/// The key, the flag, the clients, and what the properties watch.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PlainState {
-    /// The server's clock.
-    pub now: u8,
-    /// The key's holder and when it expires.
-    pub key: Option<(u8, u8)>,
-    /// When the waiters flag expires.
-    pub flag: Option<u8>,
-    /// Restarts so far.
-    pub restarts: u8,
-    /// The clients.
-    pub clients: Vec<Client>,
-    /// Per client: until when it waits on its listener for a release, as the
-    /// server last told it the key was busy.
-    pub awaiting: Vec<Option<u8>>,
-    /// Per client: its key went away while it was not releasing it.
-    pub lapsed: Vec<bool>,
-    /// A release deleted the key without announcing it while a waiter
-    /// waited for it.
-    pub missed_wakeup: bool,
-    /// A refresh confirmed a lease that had lapsed on the server.
-    pub confirmed_lapsed: bool,
-}
-
-impl PlainState {
-    /// True when client `c` believes it holds the key.
-    pub fn believes(&self, c: usize) -> bool {
-        matches!(self.clients[c].phase, Phase::Holding { deadline } if self.now < deadline)
-    }
-}
-
-/// A step of the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
-    /// The server's clock advances a tick; keys expire.
-    Tick,
-    /// The server restarts and loses its data.
-    Restart,
-    /// Client `c` sends an attempt.
-    Attempt(u8),
-    /// Client `c` sends a refresh.
-    Refresh(u8),
-    /// Client `c` sends a release.
-    Release(u8),
-    /// Client `c` stops waiting; its claim gives the key back.
-    Cancel(u8),
-    /// The server runs client `c`'s request.
-    Deliver(u8),
-    /// Client `c`'s request or reply is lost.
-    Lose(u8),
-    /// Client `c` reads its reply.
-    Receive(u8),
 }
 
 impl Plain {
@@ -358,7 +240,7 @@ impl Plain {
 
 impl Model for Plain {
     type State = PlainState;
-    type Action = Action;
+    type Action = PlainAction;
 
     fn init_states(&self) -> Vec<PlainState> {
         let n = self.clients as usize;
@@ -393,23 +275,23 @@ impl Model for Plain {
             .collect()
     }
 
-    fn actions(&self, s: &PlainState, actions: &mut Vec<Action>) {
+    fn actions(&self, s: &PlainState, actions: &mut Vec<PlainAction>) {
         if s.now < self.timing.horizon {
-            actions.push(Action::Tick);
+            actions.push(PlainAction::Tick);
         }
         if s.restarts < self.restarts {
-            actions.push(Action::Restart);
+            actions.push(PlainAction::Restart);
         }
         for (i, client) in s.clients.iter().enumerate() {
             let c = i as u8;
             match client.net {
                 Some(Msg::Request { .. }) => {
-                    actions.push(Action::Deliver(c));
-                    actions.push(Action::Lose(c));
+                    actions.push(PlainAction::Deliver(c));
+                    actions.push(PlainAction::Lose(c));
                 }
                 Some(Msg::Reply { .. }) => {
-                    actions.push(Action::Receive(c));
-                    actions.push(Action::Lose(c));
+                    actions.push(PlainAction::Receive(c));
+                    actions.push(PlainAction::Lose(c));
                 }
                 None => {}
             }
@@ -417,18 +299,18 @@ impl Model for Plain {
             let may_attempt = client.attempts < self.attempts;
             match client.phase {
                 Phase::Idle | Phase::Attempting { .. } if idle && may_attempt => {
-                    actions.push(Action::Attempt(c));
+                    actions.push(PlainAction::Attempt(c));
                 }
                 Phase::Listening { wake_at }
                     if idle && may_attempt && (client.woken || s.now >= wake_at) =>
                 {
-                    actions.push(Action::Attempt(c));
+                    actions.push(PlainAction::Attempt(c));
                 }
                 Phase::Holding { deadline } if idle => {
                     if s.now < deadline {
-                        actions.push(Action::Refresh(c));
+                        actions.push(PlainAction::Refresh(c));
                     }
-                    actions.push(Action::Release(c));
+                    actions.push(PlainAction::Release(c));
                 }
                 _ => {}
             }
@@ -437,26 +319,26 @@ impl Model for Plain {
                 Phase::Attempting { .. } | Phase::Listening { .. }
             ) && idle
             {
-                actions.push(Action::Cancel(c));
+                actions.push(PlainAction::Cancel(c));
             }
         }
     }
 
-    fn next_state(&self, last: &PlainState, action: Action) -> Option<PlainState> {
+    fn next_state(&self, last: &PlainState, action: PlainAction) -> Option<PlainState> {
         let mut s = last.clone();
         match action {
-            Action::Tick => {
+            PlainAction::Tick => {
                 s.now += 1;
                 self.expire(&mut s);
             }
-            Action::Restart => {
+            PlainAction::Restart => {
                 if let Some((owner, _)) = s.key.take() {
                     s.lapsed[owner as usize] = true;
                 }
                 s.flag = None;
                 s.restarts += 1;
             }
-            Action::Attempt(c) => {
+            PlainAction::Attempt(c) => {
                 let c = c as usize;
                 let listen = match s.clients[c].phase {
                     Phase::Idle => false,
@@ -469,14 +351,14 @@ impl Model for Plain {
                 client.attempts += 1;
                 Self::send(&mut s, c, Op::Acquire { listen });
             }
-            Action::Refresh(c) => Self::send(&mut s, c as usize, Op::Refresh),
-            Action::Release(c) | Action::Cancel(c) => {
+            PlainAction::Refresh(c) => Self::send(&mut s, c as usize, Op::Refresh),
+            PlainAction::Release(c) | PlainAction::Cancel(c) => {
                 let c = c as usize;
                 s.clients[c].phase = Phase::Releasing;
                 s.awaiting[c] = None;
                 Self::send(&mut s, c, Op::Release);
             }
-            Action::Deliver(c) => {
+            PlainAction::Deliver(c) => {
                 let c = c as usize;
                 let Some(Msg::Request { op, sent }) = s.clients[c].net else {
                     return None;
@@ -484,14 +366,14 @@ impl Model for Plain {
                 let answer = self.run(&mut s, c, op);
                 s.clients[c].net = Some(Msg::Reply { op, sent, answer });
             }
-            Action::Lose(c) => {
+            PlainAction::Lose(c) => {
                 let client = &mut s.clients[c as usize];
                 client.net = None;
                 if client.phase == Phase::Releasing {
                     client.phase = Phase::Done;
                 }
             }
-            Action::Receive(c) => {
+            PlainAction::Receive(c) => {
                 let c = c as usize;
                 let Some(Msg::Reply { op, sent, answer }) = s.clients[c].net.take() else {
                     return None;
