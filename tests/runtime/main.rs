@@ -130,6 +130,7 @@ mod shutdown_on {
             a_task_with_the_token_stops_when_the_lease_is_lost,
             a_task_with_the_token_stops_when_the_lease_is_released,
         ],
+        { needs: [Shares], servers: shared } => [every_kind_of_lease_is_given_back],
     }
 }
 
