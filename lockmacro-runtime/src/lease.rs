@@ -258,10 +258,12 @@ impl Lease {
     }
 
     /// Marks the lease as left to run out by itself (`hold_at_least`):
-    /// neither its owner nor a shutdown gives it back.
+    /// neither its owner nor a shutdown gives it back, and its owner holds
+    /// it no longer, even while a handle on it lives on.
     pub(crate) fn leave_to_expire(&self) {
         self.done.store(true, Ordering::Release);
         self.giving_back.store(true, Ordering::Release);
+        self.end();
     }
 
     /// Refreshes the lease to `ttl`; on success moves the local deadline to

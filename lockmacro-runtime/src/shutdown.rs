@@ -40,8 +40,9 @@ impl Locker {
     /// - each lease is given back, and the releases that dropped locks left
     ///   running are waited for.
     ///
-    /// A handle whose lease was given back this way releases without
-    /// sending anything (`Ok`), and refuses to refresh
+    /// A key that `hold_at_least` keeps after its body ended is left to
+    /// expire, as it asked. A handle whose lease was given back this way
+    /// releases without sending anything (`Ok`), and refuses to refresh
     /// ([`LockError::ShutDown`]). Calling it again waits again and reports
     /// the same leases.
     ///
