@@ -131,6 +131,9 @@ mod shutdown_on {
             a_task_with_the_token_stops_when_the_lease_is_released,
         ],
         { needs: [Shares], servers: shared } => [every_kind_of_lease_is_given_back],
+        { needs: [Servers], servers: own } => [
+            a_shutdown_past_its_limit_reports_what_is_left_to_expire,
+        ],
     }
 }
 

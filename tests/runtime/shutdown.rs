@@ -238,3 +238,22 @@ pub async fn every_kind_of_lease_is_given_back(fx: &Fixture) {
     assert!(guard.is_lost());
     drop((lock, permit, read));
 }
+
+/// A shutdown whose backend does not answer gives up at its limit, reports
+/// the lease left to expire, and takes it off the gauge; the locker takes
+/// nothing more.
+pub async fn a_shutdown_past_its_limit_reports_what_is_left_to_expire(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let lock = fx.check(locker.obtain("job", LONG, once()).await, "obtain");
+    fx.pause();
+    let report = tokio::time::timeout(HANG, locker.shutdown_within(Duration::from_millis(300)))
+        .await
+        .expect("the shutdown outlived its limit by far");
+    fx.resume();
+    assert_eq!(report.left_to_expire, 1, "{report:?}");
+    assert_eq!(report.given_back, 0, "{report:?}");
+    assert!(!report.is_complete());
+    let refused = locker.obtain("other", LONG, once()).await;
+    assert!(is_shut_down(&refused, "other"), "{refused:?}");
+    drop(lock);
+}
