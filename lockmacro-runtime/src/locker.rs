@@ -353,7 +353,6 @@ impl Locker {
         // Held until the wait, dropped or ended, has spawned what gives back
         // its claim: a shutdown waits for both.
         let _obtaining = registry.obtaining(&keys[0])?;
-        let key = keys[0].clone();
         let request = Request::new(
             self.shared.backend.clone(),
             registry.clone(),
@@ -366,12 +365,12 @@ impl Locker {
         let lease = tokio::select! {
             biased;
             lease = Wait::new(&request, self.namespace()).run() => lease?,
-            () = registry.closing() => return Err(shut_down(&key)),
+            () = registry.closing() => return Err(shut_down(request.key())),
         };
         if !registry.admit(lease.id, Arc::<Lease>::downgrade(&lease)) {
             // Obtained as the locker shut down: given back at once.
             let _ = lease.release().await;
-            return Err(shut_down(&key));
+            return Err(shut_down(request.key()));
         }
         Ok(Lock {
             lease,

@@ -92,6 +92,12 @@ impl Request {
         std::str::from_utf8(&self.token).expect("a simple uuid is ASCII hex")
     }
 
+    /// The first key in sorted order, as the caller named it: the one errors
+    /// name.
+    pub(crate) fn key(&self) -> &str {
+        &self.keys[0]
+    }
+
     /// True while a lease confirmed by a request sent at `sent` can still be
     /// trusted: the ttl, less the drift margin, has not run out.
     fn trusted(&self, sent: Instant) -> bool {
