@@ -10,9 +10,4 @@ async fn empty(id: u64) -> Result<u64, LockError> {
     Ok(id)
 }
 
-#[distributed_lock(key = "invoice:{id}", ttl = "30s", metadata = "billing-{nope}")]
-async fn unknown_parameter(id: u64) -> Result<u64, LockError> {
-    Ok(id)
-}
-
 fn main() {}
