@@ -131,6 +131,9 @@ pub(crate) struct Wait<'a> {
     listening: Option<(usize, ReleaseListener)>,
     /// How often the listener was made again after its connection closed.
     relistened: u32,
+    /// The holder's metadata as an earlier attempt found it: a later one
+    /// may not carry it (a script's answer on Redis does not).
+    holder: Option<String>,
     /// Gives back whatever this call may own on the server, however it ends
     /// without a lease (gave up, failed, or its future was dropped).
     claim: Claim<'a>,
@@ -150,6 +153,8 @@ struct Busy {
     index: usize,
     /// How long its holder's lease has left, when the backend told.
     remaining: Option<Duration>,
+    /// The holder's metadata, when the backend told.
+    holder: Option<String>,
     /// When the attempt was sent: a key handed over after it is ours from then.
     sent: Instant,
 }
@@ -177,6 +182,7 @@ impl<'a> Wait<'a> {
             sent_attempts: 0,
             listening: None,
             relistened: 0,
+            holder: None,
             claim: Claim::new(
                 &request.backend,
                 request.registry.tracker(),
@@ -196,7 +202,7 @@ impl<'a> Wait<'a> {
                 Answer::Busy(busy) => busy,
             };
             let Some(pause) = self.pause(&busy) else {
-                return Err(self.give_up(busy.index).await);
+                return Err(self.give_up(busy).await);
             };
             match self
                 .listening
@@ -260,10 +266,12 @@ impl<'a> Wait<'a> {
         let acquired = match request.backend.acquire(acquire).await {
             Ok(acquired) => acquired,
             Err(err) => {
-                // Refused before anything was sent: nothing to give back.
+                // Refused before anything was written: nothing to give back.
                 if matches!(
                     err,
-                    LockError::InvalidKey { .. } | LockError::InvalidDuration { .. }
+                    LockError::InvalidKey { .. }
+                        | LockError::InvalidDuration { .. }
+                        | LockError::WrongKind { .. }
                 ) {
                     self.claim.armed = false;
                 }
@@ -273,7 +281,7 @@ impl<'a> Wait<'a> {
             }
         };
         let attempts = self.attempts;
-        let (index, remaining) = match acquired {
+        let (index, remaining, holder) = match acquired {
             Acquired::Obtained { fence } if request.trusted(sent) => {
                 tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
                 return Ok(Answer::Obtained(self.lease(fence, sent, sent, None)));
@@ -283,15 +291,23 @@ impl<'a> Wait<'a> {
                 // trusted: someone else may hold the key by now.
                 tracing::warn!(target: "lockmacro", attempts, "obtained, but the reply came after the lease's deadline; giving it back");
                 self.claim.give_back().await;
-                (0, None)
+                (0, None, None)
             }
-            Acquired::Busy { index, remaining } => (index, remaining),
+            Acquired::Busy {
+                index,
+                remaining,
+                holder,
+            } => (index, remaining, holder),
         };
+        if holder.is_some() {
+            self.holder.clone_from(&holder);
+        }
         // A fair waiter that joined the queue owns its place in it.
         self.claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
         Ok(Answer::Busy(Busy {
             index,
             remaining,
+            holder,
             sent,
         }))
     }
@@ -329,14 +345,17 @@ impl<'a> Wait<'a> {
         Some(pause)
     }
 
-    /// Gives back what the call may own, and says who holds the keys.
-    async fn give_up(&mut self, index: usize) -> LockError {
+    /// Gives back what the call may own, and says who holds the keys, and
+    /// for how long, as far as the last attempt found out.
+    async fn give_up(&mut self, busy: Busy) -> LockError {
         self.claim.give_back().await;
         metrics::busy(self.labels, self.start.elapsed());
         let keys = &self.request.keys;
         LockError::NotObtained {
-            key: keys.get(index).unwrap_or(&keys[0]).clone(),
+            key: keys.get(busy.index).unwrap_or(&keys[0]).clone(),
             namespace: self.labels.namespace.to_owned(),
+            remaining: busy.remaining,
+            holder: busy.holder.or_else(|| self.holder.take()),
         }
     }
 
@@ -474,6 +493,7 @@ impl<'a> Wait<'a> {
             metadata: request.opts.metadata.as_str().into(),
             fence,
             share: request.opts.share,
+            downgraded: AtomicBool::new(false),
             acquired_at,
             hold_until,
             timing: Mutex::new(timing),

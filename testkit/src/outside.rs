@@ -97,9 +97,11 @@ impl State {
             if let Some(value) = self.value(key)
                 && value != req.value
             {
+                let holder = value.get(TOKEN_LEN..).unwrap_or_default().to_owned();
                 return Acquired::Busy {
                     index,
                     remaining: self.remaining(key),
+                    holder: Some(holder),
                 };
             }
         }
@@ -157,6 +159,7 @@ impl State {
         Acquired::Busy {
             index: 0,
             remaining: self.remaining(key),
+            holder: None,
         }
     }
 

@@ -48,6 +48,7 @@ lockmacro_testkit::for_each_backend! {
         a_task_spawned_with_the_bodys_token_stops_when_the_body_returns,
         a_task_spawned_with_the_bodys_token_stops_when_the_lease_is_lost(flavor = "multi_thread", worker_threads = 2),
         shutdown_ends_the_body_with_shut_down_and_cancels_its_token,
+        metadata_is_rendered_and_defaults_to_the_host_and_pid,
     ],
     { needs: [Servers], servers: shared } => [
         hold_at_least_keeps_the_key_after_the_body_ends,

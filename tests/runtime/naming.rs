@@ -37,7 +37,7 @@ async fn every_error_names_the_key_as_given_with_its_namespace() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&busy, LockError::NotObtained { key, namespace } if key == "customer:42" && namespace == "shop"),
+        matches!(&busy, LockError::NotObtained { key, namespace, .. } if key == "customer:42" && namespace == "shop"),
         "{busy:?}"
     );
     assert!(busy.to_string().contains(NAMED), "{busy}");

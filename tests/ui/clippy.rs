@@ -79,6 +79,8 @@ async fn rebuild(locker: &Locker) -> Result<u8, LockError> {
     show(locker).await.ok_or(LockError::NotObtained {
         key: "catalog".to_owned(),
         namespace: String::new(),
+        remaining: None,
+        holder: None,
     })
 }
 
