@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use etcd_client::{KeyValue, TxnOpResponse, TxnResponse};
 
-use crate::backend::TOKEN_LEN;
+use crate::backend::{Share, TOKEN_LEN};
 
 /// Most operations etcd accepts in one transaction (`--max-txn-ops`, 128 by
 /// default): longer batches of reads are split.
@@ -51,6 +51,43 @@ pub(super) fn queue_prefix(key: &str) -> String {
     format!("{key}/queue/")
 }
 
+/// Everything the shares of `key` keep, as a key prefix: one key per share
+/// (`permits-<n>/<token>`, `read/<token>`, `write/<token>`) and the marks of
+/// writers waiting for readers (`writing/<token>`). The kind of the key is
+/// in the names, so that it lives exactly as long as a share does.
+pub(super) fn shares_prefix(key: &str) -> String {
+    format!("{key}/shares/")
+}
+
+/// Where a waiting writer marks that readers coming after it must wait.
+pub(super) const WRITING: &str = "writing/";
+
+/// The folder of `share` under the shares prefix.
+pub(super) fn share_folder(share: Share) -> String {
+    match share {
+        Share::Permits(permits) => format!("permits-{permits}/"),
+        Share::Read => "read/".to_owned(),
+        Share::Write => "write/".to_owned(),
+    }
+}
+
+/// The key of `token`'s `share` of `key`.
+pub(super) fn share_key(key: &str, share: Share, token: &str) -> String {
+    format!("{}{}{token}", shares_prefix(key), share_folder(share))
+}
+
+/// Every key-value of each `get` in `response`, in order.
+pub(super) fn ranges(response: &TxnResponse) -> Vec<Vec<KeyValue>> {
+    response
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +99,20 @@ mod tests {
         assert_eq!(lease_secs(Duration::from_secs(1)), 1);
         assert_eq!(lease_secs(Duration::from_millis(1001)), 2);
         assert_eq!(lease_secs(Duration::from_secs(30)), 30);
+    }
+
+    #[test]
+    fn each_share_has_its_folder() {
+        let token = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            share_key("ns:api", Share::Permits(3), token),
+            format!("ns:api/shares/permits-3/{token}")
+        );
+        assert_eq!(
+            share_key("db", Share::Write, token),
+            format!("db/shares/write/{token}")
+        );
+        assert_eq!(share_folder(Share::Read), "read/");
     }
 
     #[test]
