@@ -128,11 +128,13 @@ impl EtcdBackend {
             return Ok(Acquired::Busy {
                 index: 0,
                 remaining,
+                holder: None,
             });
         }
         Ok(Acquired::Busy {
             index: 0,
             remaining: Some(Duration::ZERO),
+            holder: None,
         })
     }
 
