@@ -9,7 +9,7 @@ use etcd_client::{
 
 use super::shares::shares_refuse_a_lock;
 use super::wire::{
-    MAX_TXN_OPS, fence, gets, lease_secs, owned_by, queue_prefix, revision, share_key,
+    MAX_TXN_OPS, fence, gets, lease_secs, metadata, owned_by, queue_prefix, revision, share_key,
     shares_prefix,
 };
 
@@ -83,10 +83,12 @@ impl EtcdBackend {
             kvs.iter().enumerate().find_map(|(index, kv)| {
                 kv.as_ref()
                     .filter(|kv| kv.value() != value.as_bytes())
-                    .map(|kv| (index, kv.lease()))
+                    .map(|kv| (index, kv.lease(), Some(metadata(kv))))
             })
         };
-        let Some((index, lease)) = other(found).or_else(|| other(heads)) else {
+        // A waiter queued ahead holds nothing: no holder to name.
+        let waiter = |kvs| other(kvs).map(|(index, lease, _)| (index, lease, None));
+        let Some((index, lease, holder)) = other(found).or_else(|| waiter(heads)) else {
             // Changed between the comparison and the reads of another
             // attempt: try again at once.
             return Ok(Acquired::Busy {
@@ -99,7 +101,7 @@ impl EtcdBackend {
         Ok(Acquired::Busy {
             index,
             remaining,
-            holder: None,
+            holder,
         })
     }
 

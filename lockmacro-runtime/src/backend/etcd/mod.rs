@@ -23,6 +23,7 @@
 mod acquire;
 mod config;
 mod fair;
+mod inspect;
 mod members;
 mod refresh;
 mod shares;
@@ -42,8 +43,8 @@ use self::members::error;
 use self::wire::{member_name, queue_prefix};
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, RefreshRequest,
-    ReleaseListener, TOKEN_LEN,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, Inspection,
+    RefreshRequest, ReleaseListener, TOKEN_LEN,
 };
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -402,6 +403,26 @@ impl Backend for EtcdBackend {
 
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none().with_fair_queue(self).with_shares()
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        Box::pin(self.inspect_key(key, fence_key))
+    }
+
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.force_release_key(key))
+    }
+
+    fn downgrade<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.downgrade_write(key, token))
     }
 }
 

@@ -10,11 +10,11 @@ use etcd_client::{
 
 use super::EtcdBackend;
 use super::wire::{
-    WRITING, fence, lease_secs, queue_prefix, ranges, revision, share_folder, share_key,
-    shares_prefix,
+    WRITING, fence, folder, lease_secs, metadata, queue_prefix, ranges, revision, share_key,
+    share_of, shares_prefix,
 };
-use crate::LockError;
-use crate::backend::{AcquireRequest, Acquired, Share};
+use crate::backend::{AcquireRequest, Acquired, HeldAs, Share};
+use crate::{KeyKind, LockError};
 
 /// Rounds of read-then-take at most: each one lost to a concurrent change of
 /// the shares means another holder made progress.
@@ -31,57 +31,19 @@ struct Found {
     revision: i64,
 }
 
-/// The folder of a stored share (`read/`, `permits-3/`, …): what comes after
-/// the shares prefix, up to the token.
-fn folder(prefix: &str, kv: &KeyValue) -> String {
-    let rest = kv.key().get(prefix.len()..).unwrap_or_default();
-    let end = rest.iter().rposition(|b| *b == b'/').map_or(0, |at| at + 1);
-    String::from_utf8_lossy(&rest[..end]).into_owned()
+/// What the share stored at `kv` says of the key's kind and of itself;
+/// `None` for a key under the prefix the backend never writes.
+fn stored(prefix: &str, kv: &KeyValue) -> Option<(KeyKind, Option<HeldAs>)> {
+    share_of(folder(prefix, kv.key()))
 }
 
-/// What a key is, from the folder of one of its shares, in words.
-fn kind_of(folder: &str) -> String {
-    match folder
-        .strip_prefix("permits-")
-        .and_then(|n| n.strip_suffix('/'))
-    {
-        Some(permits) => format!("a semaphore of {permits} permits"),
-        None => "a read-write lock".to_owned(),
-    }
-}
-
-fn asked(share: Share) -> String {
-    match share {
-        Share::Permits(permits) => format!("a semaphore of {permits} permits"),
-        Share::Read | Share::Write => "a read-write lock".to_owned(),
-    }
-}
-
-fn refused(key: &str, held: &str, asked: &str) -> LockError {
-    LockError::InvalidKey {
-        key: key.to_owned(),
-        reason: format!(
-            "the key is {held}; asked for {asked}: a key is one kind of lock (a plain lock, \
-             `permits` with one count, or a read-write lock); name the other one differently"
-        ),
-    }
-}
-
-/// The refusal of a lock on a key that holds shares, the share's key being
-/// `stored`.
+/// The refusal of a lock on `key`, whose share `stored` says what it is.
 pub(super) fn shares_refuse_a_lock(key: &str, stored: &[u8]) -> LockError {
     let prefix = shares_prefix(key);
-    let rest = stored.get(prefix.len()..).unwrap_or_default();
-    let end = rest.iter().rposition(|b| *b == b'/').map_or(0, |at| at + 1);
-    let held = kind_of(&String::from_utf8_lossy(&rest[..end]));
-    refused(key, &held, "a lock")
-}
-
-/// Whether a stored share of `folder` may sit beside `share`: the same kind.
-fn same_kind(folder: &str, share: Share) -> bool {
-    match share {
-        Share::Permits(_) => folder == share_folder(share),
-        Share::Read | Share::Write => matches!(folder, "read/" | "write/" | WRITING),
+    LockError::WrongKind {
+        key: key.to_owned(),
+        held: share_of(folder(&prefix, stored)).map_or(KeyKind::ReadWrite, |(kind, _)| kind),
+        asked: KeyKind::Lock,
     }
 }
 
@@ -99,18 +61,22 @@ impl EtcdBackend {
         let mark = format!("{prefix}{WRITING}{}", req.token());
         for _ in 0..ROUNDS {
             let found = self.read_shares(key, &what).await?;
-            if found.lock.is_some() {
+            let held = match &found.lock {
+                Some(_) => Some(KeyKind::Lock),
+                None => found
+                    .shares
+                    .iter()
+                    .filter_map(|kv| stored(&prefix, kv))
+                    .map(|(kind, _)| kind)
+                    .find(|kind| *kind != req.kind()),
+            };
+            if let Some(held) = held {
                 self.done_waiting(req.token(), &what).await;
-                return Err(refused(key, "a lock", &asked(share)));
-            }
-            if let Some(other) = found
-                .shares
-                .iter()
-                .map(|kv| folder(&prefix, kv))
-                .find(|folder| !same_kind(folder, share))
-            {
-                self.done_waiting(req.token(), &what).await;
-                return Err(refused(key, &kind_of(&other), &asked(share)));
+                return Err(LockError::WrongKind {
+                    key: key.to_owned(),
+                    held,
+                    asked: req.kind(),
+                });
             }
             if let Some(left) = found.shares.iter().find(|kv| kv.key() == mine.as_bytes()) {
                 // Left by an earlier attempt of this obtain whose give-back
@@ -140,6 +106,7 @@ impl EtcdBackend {
                 return Ok(Acquired::Busy {
                     index: 0,
                     remaining,
+                    holder: Some(metadata(first)).filter(|_| first.lease() != 0),
                 });
             }
             let secs = lease_secs(req.ttl);
@@ -198,6 +165,7 @@ impl EtcdBackend {
         Ok(Acquired::Busy {
             index: 0,
             remaining: Some(std::time::Duration::ZERO),
+            holder: None,
         })
     }
 
@@ -237,27 +205,31 @@ impl EtcdBackend {
         share: Share,
         place: Option<usize>,
     ) -> Option<&'f KeyValue> {
-        let among = |folders: &[&str]| {
+        let among = |held_as: &[Option<HeldAs>]| {
             found
                 .shares
                 .iter()
-                .find(|kv| folders.contains(&folder(prefix, kv).as_str()))
+                .find(|kv| stored(prefix, kv).is_some_and(|(_, of)| held_as.contains(&of)))
         };
         match share {
             Share::Permits(permits) => {
                 let permits = usize::try_from(permits).unwrap_or(usize::MAX);
-                let held = found.shares.len();
+                let held = found
+                    .shares
+                    .iter()
+                    .filter(|kv| stored(prefix, kv).is_some())
+                    .count();
                 let ahead = place.unwrap_or(found.queue.len());
                 if held >= permits {
-                    found.shares.first()
+                    among(&[Some(HeldAs::Permit)])
                 } else if held + ahead >= permits {
                     found.queue.first()
                 } else {
                     None
                 }
             }
-            Share::Read => among(&["write/", WRITING]),
-            Share::Write => among(&["read/", "write/"]),
+            Share::Read => among(&[Some(HeldAs::Write), None]),
+            Share::Write => among(&[Some(HeldAs::Read), Some(HeldAs::Write)]),
         }
     }
 
