@@ -106,7 +106,10 @@ impl EtcdBackend {
                 return Ok(Acquired::Busy {
                     index: 0,
                     remaining,
-                    holder: Some(metadata(first)).filter(|_| first.lease() != 0),
+                    // Waiters ahead and a waiting writer's mark hold nothing.
+                    holder: stored(&prefix, first)
+                        .and_then(|(_, held_as)| held_as)
+                        .map(|_| metadata(first)),
                 });
             }
             let secs = lease_secs(req.ttl);

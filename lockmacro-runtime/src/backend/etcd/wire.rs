@@ -81,7 +81,9 @@ pub(super) fn share_key(key: &str, share: Share, token: &str) -> String {
 /// is `prefix` (`read/`, `permits-3/`, …): what comes after the prefix, up
 /// to the token.
 pub(super) fn folder<'k>(prefix: &str, stored: &'k [u8]) -> &'k str {
-    let rest = stored.get(prefix.len()..).unwrap_or_default();
+    let Some(rest) = stored.strip_prefix(prefix.as_bytes()) else {
+        return "";
+    };
     let end = rest.iter().rposition(|b| *b == b'/').map_or(0, |at| at + 1);
     std::str::from_utf8(&rest[..end]).unwrap_or_default()
 }
@@ -151,6 +153,7 @@ mod tests {
         let prefix = "db/shares/";
         let stored = b"db/shares/permits-12/0123456789abcdef0123456789abcdef";
         assert_eq!(folder(prefix, stored), "permits-12/");
+        assert_eq!(folder(prefix, b"db/queue/0123456789abcdef"), "");
         assert_eq!(
             share_of("permits-12/"),
             Some((KeyKind::Semaphore { permits: 12 }, Some(HeldAs::Permit)))
