@@ -107,6 +107,14 @@ impl HoldOptions {
         self
     }
 
+    /// `metadata()` as the metadata, unless some was given.
+    pub(crate) fn metadata_or(mut self, metadata: impl FnOnce() -> String) -> Self {
+        if self.obtain.metadata.is_empty() {
+            self.obtain.metadata = metadata();
+        }
+        self
+    }
+
     /// Stores `metadata` with the lock; see [`ObtainOptions::metadata`].
     pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
         self.obtain = self.obtain.metadata(metadata);

@@ -294,8 +294,11 @@
 //! cannot starve it. Each read is a lease of its own, as a permit is, on the
 //! same backends. Inside [`Locker::hold`] (and the attribute), a task that
 //! holds the write may read the same key, which re-enters; a task that holds
-//! a read and asks for the write is refused with [`LockError::InvalidKey`],
-//! as two readers upgrading would wait for each other for ever.
+//! a read and asks for the write is refused with
+//! [`LockError::UpgradeRefused`], as two readers upgrading would wait for
+//! each other for ever. The write can go the other way, atomically:
+//! [`Lock::downgrade`] turns it into a read, and the readers waiting behind
+//! it enter while writers still wait.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -313,6 +316,49 @@
 //! assert_eq!(rebuilt, "rebuilt");
 //! # Ok(()) }
 //! ```
+//!
+//! ## One kind per key
+//!
+//! While it is held, a key is one [`KeyKind`]: a lock, a semaphore of N
+//! permits, or a read-write lock. The backend keeps the kind (and the
+//! permit count) with the key and checks it in the same step as every
+//! acquire: an obtain of another kind, or with another count than the
+//! holders', is refused with [`LockError::WrongKind`] before anything is
+//! written. Once the last holder is gone, the key is free for any kind.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::{KeyKind, LockError, Locker, ObtainOptions};
+//!
+//! let locker = Locker::memory();
+//! let ttl = Duration::from_secs(30);
+//! let _held = locker.obtain("jobs", ttl, ObtainOptions::new().permits(2)).await?;
+//! let err = locker.obtain("jobs", ttl, ObtainOptions::new().permits(5)).await.unwrap_err();
+//! assert!(matches!(err, LockError::WrongKind { held: KeyKind::Semaphore { permits: 2 }, .. }));
+//! # Ok(()) }
+//! ```
+//!
+//! ## Seeing and clearing locks
+//!
+//! [`Locker::inspect`] tells an operator what holds a key: its kind, each
+//! holder's metadata and remaining lease, the fair waiters in line and the
+//! last fencing token. The metadata is what the holder gave
+//! ([`ObtainOptions::metadata`], the attribute's `metadata = "…"`); the
+//! attribute records the host name and process id when given none. On
+//! Redis, a lock's holder shows its metadata; a permit's or a read's shows
+//! none (shares keep only their token).
+//!
+//! [`Locker::force_release`] clears a stuck key: every lease on it is
+//! deleted and its waiters are woken. Each former holder learns it at its
+//! next refresh, which is refused: a lease kept by the watchdog is then
+//! lost (its [`LockGuard::lost`] completes, and the attribute's body is
+//! aborted under `on_lost = "abort"`). Until then the holder may still be
+//! running, so use it on holders that are stuck, not on live ones.
+//!
+//! A refusal says what the backend knows of the holder:
+//! [`LockError::NotObtained`] carries its metadata and remaining lease, and
+//! [`LockError::retry_after`] gives the latter for an HTTP `Retry-After`.
 //!
 //! ## Fencing tokens
 //!

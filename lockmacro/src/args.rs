@@ -11,7 +11,7 @@ use crate::errors::Errors;
 
 /// Every argument, in the order error messages list them; a flag may also
 /// stand alone (`fence`, `fair`).
-const ARGUMENTS: [(&str, Form); 17] = [
+const ARGUMENTS: [(&str, Form); 18] = [
     ("key", Form::Value),
     ("keys", Form::Value),
     ("ttl", Form::Value),
@@ -28,6 +28,7 @@ const ARGUMENTS: [(&str, Form); 17] = [
     ("replicas", Form::Value),
     ("permits", Form::Value),
     ("mode", Form::Value),
+    ("metadata", Form::Value),
     ("crate", Form::Value),
 ];
 

@@ -175,6 +175,10 @@ fn prepare(plan: &Plan) -> TokenStream {
         Some(Mode::Write) => builder.extend(quote!(.write())),
         None => {}
     }
+    if let Some(metadata) = &plan.metadata {
+        let metadata = metadata.to_tokens(krate);
+        builder.extend(quote!(.metadata(#metadata)));
+    }
 
     quote! {
         let #keys_var = #krate::__private::vec![#(#keys),*];

@@ -205,8 +205,8 @@ mod values;
 /// it (writer preference). Each read is a lease of its own, renewed, lost
 /// and given back like a lock. A task that holds the write may call a
 /// `mode = "read"` function on the same key (it re-enters); one that holds a
-/// read and calls a `mode = "write"` function gets `LockError::InvalidKey`,
-/// not a deadlock. One `key` only; not with `permits`, `fair = true` or
+/// read and calls a `mode = "write"` function gets
+/// `LockError::UpgradeRefused`, not a deadlock. One `key` only; not with `permits`, `fair = true` or
 /// `replicas`; on one Redis server, a cluster, Sentinel or memory.
 ///
 /// ```text
@@ -215,6 +215,19 @@ mod values;
 ///
 /// #[distributed_lock(key = "catalog:{id}", ttl = "30s", mode = "write", wait = "30s")]
 /// async fn rebuild(id: u64) -> Result<(), LockError> { … }
+/// ```
+///
+/// ## `metadata = "billing-{u.id}"`
+///
+/// What the holder records with the lock, for whoever inspects the key
+/// (`Locker::inspect`) or is refused it (`LockError::NotObtained` carries
+/// it): a template with the same placeholders as `key`, or any `Display`
+/// expression. Without it, the holder records its host name and process id
+/// (`"web-3 pid 4242"`), read once per process.
+///
+/// ```text
+/// #[distributed_lock(key = "invoice:{id}", ttl = "30s", metadata = "billing-{id}")]
+/// async fn bill(id: u64) -> Result<(), LockError> { … }
 /// ```
 ///
 /// ## `replicas = 1`

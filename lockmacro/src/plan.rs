@@ -32,6 +32,8 @@ pub(crate) struct Plan {
     pub(crate) permits: Option<u32>,
     /// A read or the write of a read-write lock instead of the whole key.
     pub(crate) mode: Option<Mode>,
+    /// What a holder records; `None`: the runtime's default.
+    pub(crate) metadata: Option<Key>,
     pub(crate) krate: Path,
 }
 
@@ -73,6 +75,7 @@ impl Plan {
             replicas: or(values.replicas, 0)?,
             permits: optional(values.permits)?,
             mode: optional(values.mode)?,
+            metadata: optional(values.metadata)?,
             krate: or(values.krate, syn::parse_quote!(::lockmacro_runtime))?,
         })
     }
@@ -194,11 +197,11 @@ mod tests {
     fn unknown_argument_lists_the_valid_ones() {
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", timeout = "5s")),
-            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `crate`"
+            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
         );
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", type = "x")),
-            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `crate`"
+            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
         );
     }
 
@@ -206,7 +209,7 @@ mod tests {
     fn not_an_argument() {
         assert_eq!(
             error(quote!("k")),
-            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `crate`"
+            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
         );
         assert_eq!(error(quote!(key "k")), "expected `=`");
         assert_eq!(error(quote!(key = "k" ttl = "1s")), "expected `,`");
@@ -342,7 +345,7 @@ mod tests {
                 wait = 5
             )),
             [
-                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `crate`",
+                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`",
                 "`nope` in key is not a parameter of `transfer`: use one of `self`, `from`, `to`",
                 "`ttl` cannot be zero: write a positive duration, as in `ttl = \"30s\"`",
                 "unknown `on_busy` value \"maybe\": write `on_busy = \"error\"` or `on_busy = \"skip\"`",

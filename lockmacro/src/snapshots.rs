@@ -80,6 +80,23 @@ fn free_fn() {
 }
 
 #[test]
+fn metadata_template() {
+    snapshot(
+        "metadata_template",
+        quote!(
+            key = "user:{u.id}",
+            ttl = "30s",
+            metadata = "billing-{u.id}"
+        ),
+        quote! {
+            async fn bill(u: &User) -> Result<Receipt, BillingError> {
+                charge(u).await
+            }
+        },
+    );
+}
+
+#[test]
 fn design_card_angle_brackets() {
     snapshot(
         "design_card_angle_brackets",

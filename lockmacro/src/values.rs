@@ -41,6 +41,7 @@ pub(crate) struct Values {
     pub(crate) replicas: Option<Given<u32>>,
     pub(crate) permits: Option<Given<u32>>,
     pub(crate) mode: Option<Given<Mode>>,
+    pub(crate) metadata: Option<Given<Key>>,
     pub(crate) krate: Option<Given<Path>>,
     /// Any expression: the compiler checks it where it is used.
     pub(crate) locker: Option<Expr>,
@@ -111,6 +112,9 @@ impl Values {
             mode: args
                 .take_value("mode")
                 .map(|arg| given(arg, errors, |value| parse_mode(&value))),
+            metadata: args
+                .take_value("metadata")
+                .map(|arg| given(arg, errors, |value| parse_metadata(value, params))),
             krate: args
                 .take_value("crate")
                 .map(|arg| given(arg, errors, |value| parse_crate(&value))),
@@ -362,4 +366,23 @@ fn parse_crate_path(lit: &LitStr) -> syn::Result<Path> {
             ),
         )
     })
+}
+
+/// `metadata = "billing-{u.id}"`: a template as for a key, or any `Display`
+/// expression.
+fn parse_metadata(value: Expr, params: &Params) -> syn::Result<Key> {
+    match &value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) if lit.value().is_empty() => Err(Error::new(
+            lit.span(),
+            "empty `metadata`: write what a holder records, as in `metadata = \"billing-{u.id}\"`, \
+             or leave it out for the host name and process id",
+        )),
+        Expr::Lit(other) if !matches!(other.lit, Lit::Str(_)) => Err(Error::new_spanned(
+            other,
+            "`metadata` is text: write it as a string, as in `metadata = \"billing-{u.id}\"`",
+        )),
+        _ => Key::parse(value, params),
+    }
 }

@@ -25,23 +25,28 @@ pub struct Script {
 pub const SCRIPTS: &[Script] = &[
     script(
         "acquire.lua",
-        "aa63cda9b2965939aed43779d3d5651dbd6b8898e02637b79039f058f55151ba",
+        "2fa3210570729abf4150dba9bccd3e35b6fa938807095fe0d0132e0ae390d2e8",
         &["Plain", "Fences"],
     ),
     script(
         "acquire_fair.lua",
-        "d002dd0a2076ae7e49f7faad35e068abb5e3b5370010abb99c5718bbaaac5a3e",
+        "00726ef9c969a7fb5f7be65163b6cb88f79e809d520985d2f5c6a8bf8d9782b2",
         &["Fair"],
     ),
     script(
         "acquire_shared.lua",
-        "575fc6522e431bf4c3616977d73cde6515519d73b321123f3a8640f7d1f6faab",
+        "8dbe11ce0cff55ec4d0af67c774f824c3e03e8f03f10935ff6ef57a8c096a045",
         &["Shares"],
     ),
     script(
         "confirm.lua",
         "3ba1c6249752c49213c9b46d22895f17a68db6cc0270b4faa7b985f6030ba618",
         &["Fair"],
+    ),
+    script(
+        "downgrade.lua",
+        "fa993a54dbb760fee8fd924ac0a349a9620bedeabc0f569137bc625bf951ac64",
+        &[],
     ),
     script(
         "fence.lua",
@@ -54,9 +59,24 @@ pub const SCRIPTS: &[Script] = &[
         &[],
     ),
     script(
+        "force_release.lua",
+        "ab794297ecc6ca8041e1d11a2ec1de3e9425244c73d697b7a9977f5dfba53484",
+        &[],
+    ),
+    script(
         "grant.lua",
-        "8d6ebb0ad6a7340c881cd2716aa824ec25ab72ae237a8cf1d99c502f18d54b5e",
+        "4ba4aad498251cf6ad7607a09bb3c1285c57419001810312bdaf9e5c045514b9",
         &["Fair"],
+    ),
+    script(
+        "inspect.lua",
+        "84057369e45a546d7e7b6f37c276a9ab190a516f0b3ddfae7c6e73fc5f121812",
+        &[],
+    ),
+    script(
+        "kinds.lua",
+        "7504aabeb05da0b754e95e3e136d81cf96b1b82a3fa28c06eb269bc5a8eb645a",
+        &[],
     ),
     script(
         "leases.lua",
@@ -80,12 +100,12 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "release.lua",
-        "c72af81706ce0c1ed79c6aa8db0a0ce2af87c0e73790753ff2f8491171dab70c",
+        "1bfd0dcfe93c55c0351aaeed066a1cad25d8b9ff7e39058407a2b70f55bb9278",
         &["Plain", "Fair", "Shares", "Fences"],
     ),
     script(
         "release_announce.lua",
-        "1d75a9fd3132219c4761e877de62f55df6ea176b00585f431aae1acf26ce4067",
+        "c168057d4a04a228649596f2e7a287b2446108a32d0c924f2a4805ff4f1c728d",
         &["Plain", "Fair"],
     ),
     script(

@@ -43,6 +43,7 @@ lockmacro_testkit::for_each_backend! {
         body_longer_than_the_ttl_keeps_the_lock(flavor = "multi_thread", worker_threads = 2),
         no_task_outlives_its_lock(flavor = "current_thread"),
         max_hold_aborts_a_body_that_runs_too_long,
+        metadata_is_rendered_and_defaults_to_the_host_and_pid,
     ],
     { needs: [Servers], servers: shared } => [
         hold_at_least_keeps_the_key_after_the_body_ends,

@@ -400,3 +400,25 @@ pub async fn nested_call_on_a_held_key_reenters_and_other_tasks_still_contend(fi
     assert!(contended, "another task re-entered a lock it does not hold");
     assert!(!fixture.is_held("tenant:1").await);
 }
+
+/// `metadata = "…"` is rendered from the arguments like the key and stored
+/// with the lock; without it the holder records its host and process id.
+pub async fn metadata_is_rendered_and_defaults_to_the_host_and_pid(fixture: &Fixture) {
+    let locker = fixture.locker().await;
+    #[distributed_lock(key = "invoice:{id}", ttl = "30s", locker = locker, metadata = "billing-{id}", guard = lease)]
+    async fn given(locker: &Locker, id: u64) -> Result<String, LockError> {
+        let _ = locker;
+        Ok(lease.metadata().to_owned())
+    }
+    #[distributed_lock(key = "invoice:{id}", ttl = "30s", locker = locker, guard = lease)]
+    async fn default(locker: &Locker, id: u64) -> Result<String, LockError> {
+        let _ = locker;
+        Ok(lease.metadata().to_owned())
+    }
+    assert_eq!(given(&locker, 42).await.unwrap(), "billing-42");
+    let recorded = default(&locker, 42).await.unwrap();
+    assert!(
+        recorded.ends_with(&format!(" pid {}", std::process::id())),
+        "{recorded}"
+    );
+}

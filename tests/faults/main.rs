@@ -16,6 +16,7 @@ mod etcd;
 #[cfg(feature = "etcd")]
 mod etcd_permits;
 mod failover;
+mod force_release;
 mod lease;
 mod network;
 mod pause;
