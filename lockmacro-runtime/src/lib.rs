@@ -120,7 +120,8 @@
 //!   resources where a stale holder acting must be impossible: see "Fencing
 //!   tokens" below. Leases are whole seconds on etcd (a shorter ttl is
 //!   rounded up on the server, and still trusted locally only for the ttl
-//!   asked for). Its build needs `protoc`.
+//!   asked for). Semaphores and read-write locks too, fair permits among
+//!   them. Its build needs `protoc`.
 //! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
 //! - [`Locker::new`]: any [`Backend`](backend::Backend) of your own.
 //!
@@ -330,9 +331,12 @@
 //!
 //! On Redis a semaphore is a sorted set of the holders' tokens, each scored
 //! with when its permit expires; expired permits are dropped before the
-//! holders are counted. One server, a cluster, Sentinel and memory keep
-//! permits; Redlock and etcd refuse them, as they refuse `fair` and
-//! `replicas`, before anything is sent.
+//! holders are counted. On etcd each permit is a key of its own under the
+//! lock key's `/shares/` prefix, attached to its holder's lease, and an
+//! attempt counts them and takes its own in one transaction; its fencing
+//! token is the revision it was taken at, as for a lock. One server, a
+//! cluster, Sentinel, etcd and memory keep permits; Redlock refuses them, as
+//! it refuses `fair` and `replicas`, before anything is sent.
 //!
 //! ## Read-write locks
 //!

@@ -191,9 +191,9 @@ mod values;
 /// a release. `fence` mints a token per permit, increasing per key. One
 /// `key` only; `fair = true` hands permits to waiters in arrival order; not
 /// with `replicas`; on one Redis server, a
-/// cluster, Sentinel or memory (Redlock and etcd refuse the call). On Redis
-/// the key is a sorted set of the holders' tokens, so do not also lock it
-/// without `permits`.
+/// cluster, Sentinel, etcd or memory (Redlock refuses the call). A key is
+/// one kind of lock: do not also lock it without `permits`, or with another
+/// count.
 ///
 /// ```text
 /// #[distributed_lock(key = "api:{tenant}", ttl = "30s", permits = 5, wait = "10s")]

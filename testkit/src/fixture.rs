@@ -228,6 +228,19 @@ impl Fixture {
         found.take_kvs().into_iter().next()
     }
 
+    /// Whether any share of `wire_key` (a permit, a read, the write) is
+    /// stored in etcd: each is a key under `<key>/shares/`.
+    #[cfg(feature = "etcd")]
+    async fn etcd_shared(&self, wire_key: &str) -> bool {
+        let mut client = self.etcd_client().await;
+        let prefix = format!("{wire_key}/shares/");
+        let options = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only();
+        let found = self.check(client.get(prefix, Some(options)).await, "etcd get");
+        found.count() > 0
+    }
+
     /// A new locker on the fixture's backend, in the test's namespace on
     /// shared servers.
     pub async fn locker(&self) -> Locker {
@@ -347,7 +360,7 @@ impl Fixture {
                 }
             }
             #[cfg(feature = "etcd")]
-            Under::Etcd(_) => self.etcd_get(key).await.is_some(),
+            Under::Etcd(_) => self.etcd_get(key).await.is_some() || self.etcd_shared(key).await,
         }
     }
 

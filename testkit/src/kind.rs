@@ -86,7 +86,7 @@ impl Kind {
                 FairQueue | Shares | SeveralSlots | ShortLeases | Inspect
             ),
             Kind::Outside => matches!(capability, FairQueue | SeveralSlots | ShortLeases),
-            Kind::Etcd => matches!(capability, FairQueue | SeveralSlots | Servers),
+            Kind::Etcd => matches!(capability, FairQueue | Shares | SeveralSlots | Servers),
         }
     }
 
@@ -128,7 +128,7 @@ macro_rules! __if_capable {
     (Outside, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Outside, [$($rest),*] $then $else);
     };
-    (Etcd, [$(FairQueue)? $(SeveralSlots)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Etcd, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Etcd, [$($rest),*] $then $else);
     };
     // A capability the backend lacks.

@@ -211,20 +211,21 @@ async fn unreachable_members_are_skipped_and_named_when_none_answers() {
     }
 }
 
-/// etcd caps a transaction at 128 comparisons and a lock compares two per
-/// key: 64 keys are taken, released and refreshed together; 65 are refused
-/// before anything is sent, with the reason.
+/// etcd caps a transaction at 128 comparisons and a lock compares three per
+/// key (the key, its queue, its shares): 42 keys are taken, released and
+/// refreshed together; 43 are refused before anything is sent, with the
+/// reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_takes_up_to_64_keys_and_more_are_refused_with_the_reason() {
+async fn a_lock_takes_up_to_42_keys_and_more_are_refused_with_the_reason() {
     let cluster = start().await;
     let a = cluster.locker().await;
-    let keys: Vec<String> = (0..65).map(|i| format!("k{i:02}")).collect();
+    let keys: Vec<String> = (0..43).map(|i| format!("k{i:02}")).collect();
     let err = a
         .obtain_many(&keys, LONG, ObtainOptions::new())
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, LockError::InvalidKey { reason, .. } if reason.contains("at most 64 keys")),
+        matches!(&err, LockError::InvalidKey { reason, .. } if reason.contains("at most 42 keys")),
         "{err:?}"
     );
     let mut etcd = client(&cluster).await;
@@ -234,13 +235,13 @@ async fn a_lock_takes_up_to_64_keys_and_more_are_refused_with_the_reason() {
     );
 
     let all = a
-        .obtain_many(&keys[..64], LONG, ObtainOptions::new())
+        .obtain_many(&keys[..42], LONG, ObtainOptions::new())
         .await
         .unwrap();
     all.refresh(Duration::from_secs(20)).await.unwrap();
     all.release().await.unwrap();
     assert!(
-        kv(&mut etcd, "k63").await.is_none(),
+        kv(&mut etcd, "k41").await.is_none(),
         "the release left a key"
     );
 }

@@ -7,6 +7,8 @@ mod cluster;
 mod cluster_failover;
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "etcd")]
+mod etcd_kinds;
 mod redlock;
 mod replicas;
 mod sentinel;

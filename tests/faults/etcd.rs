@@ -28,7 +28,7 @@ const RESOURCE_FENCE: &str = "resource/fence";
 
 /// Tokens as fixed-width decimals, so that etcd's byte-wise comparison of
 /// values orders them as numbers.
-fn padded(token: u64) -> String {
+pub(crate) fn padded(token: u64) -> String {
     format!("{token:020}")
 }
 
@@ -309,7 +309,7 @@ async fn leader_killed_under_contention_no_overlap_no_lost_update_tokens_never_r
 const FROZEN_ENV: &str = "LOCKMACRO_FAULTS_ETCD_FROZEN";
 
 /// Kills the child on drop, so that a failing test leaves no holder behind.
-struct Holder(Child);
+pub(crate) struct Holder(pub(crate) Child);
 
 impl Drop for Holder {
     fn drop(&mut self) {

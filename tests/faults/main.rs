@@ -13,6 +13,8 @@ mod dead_waiter;
 mod election;
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "etcd")]
+mod etcd_permits;
 mod failover;
 mod force_release;
 mod lease;

@@ -7,7 +7,15 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
 
-use super::wire::{MAX_TXN_OPS, fence, gets, lease_secs, owned_by, queue_prefix, revision};
+use super::shares::shares_refuse_a_lock;
+use super::wire::{
+    MAX_TXN_OPS, fence, gets, lease_secs, metadata, owned_by, queue_prefix, revision, share_key,
+    shares_prefix,
+};
+
+/// Most keys in one lock: etcd's limit on comparisons, three per key (the
+/// key, its queue, its shares).
+const MAX_KEYS: usize = MAX_TXN_OPS / 3;
 use super::{EtcdBackend, Held};
 use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired, TOKEN_LEN};
@@ -45,7 +53,7 @@ impl EtcdBackend {
             lease: first.lease(),
             value: String::from_utf8_lossy(first.value()).into_owned(),
             secs: 0,
-            queue_lease: None,
+            ..Held::default()
         })
     }
 
@@ -75,10 +83,12 @@ impl EtcdBackend {
             kvs.iter().enumerate().find_map(|(index, kv)| {
                 kv.as_ref()
                     .filter(|kv| kv.value() != value.as_bytes())
-                    .map(|kv| (index, kv.lease()))
+                    .map(|kv| (index, kv.lease(), Some(metadata(kv))))
             })
         };
-        let Some((index, lease)) = other(found).or_else(|| other(heads)) else {
+        // A waiter queued ahead holds nothing: no holder to name.
+        let waiter = |kvs| other(kvs).map(|(index, lease, _)| (index, lease, None));
+        let Some((index, lease, holder)) = other(found).or_else(|| waiter(heads)) else {
             // Changed between the comparison and the reads of another
             // attempt: try again at once.
             return Ok(Acquired::Busy {
@@ -91,7 +101,7 @@ impl EtcdBackend {
         Ok(Acquired::Busy {
             index,
             remaining,
-            holder: None,
+            holder,
         })
     }
 
@@ -122,13 +132,12 @@ impl EtcdBackend {
         &self,
         req: &AcquireRequest<'_>,
     ) -> Result<Acquired, LockError> {
-        if req.keys.len() > MAX_TXN_OPS / 2 {
+        if req.keys.len() > MAX_KEYS {
             return Err(LockError::InvalidKey {
                 key: req.keys.join(", "),
                 reason: format!(
-                    "etcd takes at most {} keys in one lock (two comparisons each, and etcd \
-                     refuses a transaction of more than {MAX_TXN_OPS}); lock fewer keys",
-                    MAX_TXN_OPS / 2
+                    "etcd takes at most {MAX_KEYS} keys in one lock (three comparisons each, \
+                     and etcd refuses a transaction of more than {MAX_TXN_OPS}); lock fewer keys"
                 ),
             });
         }
@@ -136,8 +145,9 @@ impl EtcdBackend {
         let secs = lease_secs(req.ttl);
         let lease = self.grant(secs, &what).await?;
         self.pending_lease(req, lease, secs);
-        // Free: no holder, and no fair waiter queued (an ordinary obtain
-        // does not overtake them). An empty range compares as a missing key.
+        // Free: no holder, no fair waiter queued (an ordinary obtain does
+        // not overtake them), and no share (a key is a lock or shares, not
+        // both). An empty range compares as a missing key.
         let free: Vec<Compare> = req
             .keys
             .iter()
@@ -145,6 +155,7 @@ impl EtcdBackend {
                 [
                     Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
                     Compare::create_revision(queue_prefix(key), CompareOp::Equal, 0).with_prefix(),
+                    Compare::create_revision(shares_prefix(key), CompareOp::Equal, 0).with_prefix(),
                 ]
             })
             .collect();
@@ -173,6 +184,12 @@ impl EtcdBackend {
                     .with_limit(1);
                 TxnOp::get(queue_prefix(key), Some(head))
             }))
+            .chain(req.keys.iter().map(|key| {
+                TxnOp::get(
+                    shares_prefix(key),
+                    Some(GetOptions::new().with_prefix().with_limit(1)),
+                )
+            }))
             .collect();
         let txn = Txn::new().when(free).and_then(puts).or_else(reads);
         let response = match self.txn(&what, txn).await {
@@ -190,7 +207,7 @@ impl EtcdBackend {
                     lease,
                     value: req.value.to_owned(),
                     secs,
-                    queue_lease: None,
+                    ..Held::default()
                 },
             );
             return Ok(Acquired::Obtained {
@@ -198,7 +215,18 @@ impl EtcdBackend {
             });
         }
         let mut found = gets(&response);
-        let heads = found.split_off(req.keys.len());
+        let mut heads = found.split_off(req.keys.len());
+        let shares = heads.split_off(req.keys.len());
+        if let Some((key, share)) = req
+            .keys
+            .iter()
+            .zip(&shares)
+            .find_map(|(key, share)| share.as_ref().map(|share| (key, share)))
+        {
+            self.unpend_lease(req.token(), lease);
+            self.forget_lease(lease, &what).await;
+            return Err(shares_refuse_a_lock(key, share.key()));
+        }
         // The keys hold our value: this transaction was sent again after one
         // that went through (its reply lost, or `call` moved to another
         // member), so they are on this attempt's lease, which must not be
@@ -234,15 +262,13 @@ impl EtcdBackend {
     /// written if it lands later, as etcd refuses a put to a revoked lease.
     pub(super) fn pending_lease(&self, req: &AcquireRequest<'_>, lease: i64, secs: i64) {
         let mut held = self.held();
-        let entry = held.entry(req.token().to_owned()).or_insert(Held {
-            lease: 0,
-            value: String::new(),
-            secs: 0,
-            queue_lease: None,
-        });
+        let entry = held.entry(req.token().to_owned()).or_default();
         entry.lease = lease;
         entry.value = req.value.to_owned();
         entry.secs = secs;
+        entry.share_key = req
+            .share
+            .map(|share| share_key(&req.keys[0], share, req.token()));
     }
 
     /// Undoes [`pending_lease`](Self::pending_lease) for a request that did

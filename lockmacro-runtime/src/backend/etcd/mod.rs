@@ -5,21 +5,28 @@
 //! | key | value | lease | written by |
 //! |---|---|---|---|
 //! | `<key>` | token (32 hex digits), then metadata | one lease per lock, of the ttl rounded up to whole seconds | acquire, one transaction for all of a lock's keys |
-//! | `<key>/queue/<token>` | the fair waiter's value | one lease per fair attempt, of its wait | a fair attempt that found the key taken |
+//! | `<key>/queue/<token>` | the fair waiter's value | one lease per fair attempt, of its wait | a fair attempt that found the key (or every permit) taken |
+//! | `<key>/shares/<folder><token>` | a share's holder's value; `<folder>` is `permits-<n>/`, `read/` or `write/` | the holder's lease | acquire of a share, one transaction |
+//! | `<key>/shares/writing/<token>` | empty: a writer waiting for readers | until the writer's next attempt | a writer that found readers and waits |
 //! | `<fence_key>` | the token of the lock that last wrote it | none | acquire with an explicit fence key, in the same transaction |
 //!
 //! Acquire grants a lease, then sends one transaction: if every key has
-//! `create_revision == 0` (does not exist), put them all with the lease,
-//! else read them. Refresh is a lease keep-alive plus a read that checks the
-//! keys still hold the token; release deletes the keys in a transaction that
-//! compares their value and lease, then revokes the lease. Waiters watch the
-//! key for deletions (a release, or the lease running out).
+//! `create_revision == 0` (does not exist), and no queue entry nor share, put
+//! them all with the lease, else read them. A share reads first, then takes
+//! its key in a transaction that compares nothing under the shares prefix
+//! changed since (see `shares.rs`). Refresh is a lease keep-alive plus a
+//! read that checks the keys (or the share's key) still hold the token;
+//! release deletes them in a transaction that compares their value and
+//! lease, then revokes the lease. Waiters watch the key, its queue and its
+//! shares for deletions (a release, or a lease running out).
 
 mod acquire;
 mod config;
 mod fair;
+mod inspect;
 mod members;
 mod refresh;
+mod shares;
 mod watching;
 mod wire;
 
@@ -36,8 +43,8 @@ use self::members::error;
 use self::wire::{member_name, queue_prefix};
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, RefreshRequest,
-    ReleaseListener, TOKEN_LEN,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, Inspection,
+    RefreshRequest, ReleaseListener, TOKEN_LEN,
 };
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -67,8 +74,9 @@ use crate::error::{BackendError, BackendErrorKind};
 /// All of these make the server's expiry later than `sent + ttl`, never
 /// earlier.
 ///
-/// A lock takes at most 64 keys: etcd refuses a transaction of more than 128
-/// comparisons (`--max-txn-ops`), and each key needs two.
+/// A lock takes at most 42 keys: etcd refuses a transaction of more than 128
+/// comparisons (`--max-txn-ops`), and each key needs three (the key, its
+/// queue, its shares).
 ///
 /// # Fencing tokens are revisions
 ///
@@ -92,6 +100,22 @@ use crate::error::{BackendError, BackendErrorKind};
 /// key when it is free (a transaction checks that no entry is older). Every
 /// waiter is woken by the deletions it watches, so the release costs nothing
 /// more; the next in line takes the key with one more round trip.
+///
+/// # Semaphores and read-write locks
+///
+/// Each permit, read or write is a key of its own under
+/// `<key>/shares/`, on its holder's lease: it expires, is kept alive,
+/// refreshed and released as a lock's key is, and its fencing token is the
+/// revision it was taken at. An attempt reads the key's shares and queue,
+/// and takes its share in one transaction that compares that no share was
+/// added since the read (else it reads again): never more holders than
+/// permits, never a writer beside anyone. Fair waiters for permits queue as
+/// for a lock; the waiter with `n` others ahead takes a permit when more
+/// than `n` are free, so permits go in arrival order. A writer that finds
+/// readers and waits leaves a mark that holds back readers coming after it,
+/// until about its next attempt. The kind is in the shares' names: a lock,
+/// a semaphore of another count or a read-write lock on a key already held
+/// as another kind is refused before anything is written.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
@@ -118,14 +142,29 @@ struct Member {
     client: Client,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Held {
     lease: i64,
     value: String,
     /// The lease length asked for, in whole seconds.
     secs: i64,
-    /// A fair waiter's queue lease, revoked once it is done waiting.
+    /// A fair waiter's queue lease, or a waiting writer's mark's, revoked
+    /// once it is done waiting.
     queue_lease: Option<i64>,
+    /// For a share, its key under the lock key's shares prefix: the one key
+    /// the lease holds in place of the lock key.
+    share_key: Option<String>,
+}
+
+impl Held {
+    /// The keys in the store that hold this lease, for a request naming the
+    /// lock keys `keys`.
+    fn names(&self, keys: &[String]) -> Vec<String> {
+        match &self.share_key {
+            Some(share_key) => vec![share_key.clone()],
+            None => keys.to_vec(),
+        }
+    }
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -257,9 +296,10 @@ impl Backend for EtcdBackend {
         req: AcquireRequest<'a>,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(async move {
-            match req.queue_for {
-                Some(wait) => self.acquire_fair(&req, wait).await,
-                None => self.acquire_plain(&req).await,
+            match (req.share, req.queue_for) {
+                (Some(share), _) => self.acquire_shared(&req, share).await,
+                (None, Some(wait)) => self.acquire_fair(&req, wait).await,
+                (None, None) => self.acquire_plain(&req).await,
             }
         })
     }
@@ -306,13 +346,14 @@ impl Backend for EtcdBackend {
                 self.held().remove(token);
                 return Ok(false);
             };
-            let mut deletes: Vec<TxnOp> = keys
+            let names = held.names(keys);
+            let mut deletes: Vec<TxnOp> = names
                 .iter()
                 .map(|key| TxnOp::delete(key.as_str(), None))
                 .collect();
             deletes.extend(queued.iter().cloned());
             let txn = Txn::new()
-                .when(Self::still_held(keys, &held))
+                .when(Self::still_held(&names, &held))
                 .and_then(deletes)
                 .or_else(queued);
             let released = self.txn(&what, txn).await?.succeeded();
@@ -332,7 +373,11 @@ impl Backend for EtcdBackend {
     ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
         Box::pin(async move {
             let what = format!("ttl of `{}`", keys.join("`, `"));
-            let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let names = match self.held().get(token) {
+                Some(held) => held.names(keys),
+                None => keys.to_vec(),
+            };
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
             let found = self.read(&names, &what).await?;
             let Some(held) = Self::common_lease(&found, token) else {
                 return Ok(None);
@@ -353,11 +398,31 @@ impl Backend for EtcdBackend {
     }
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.watch_releases(key, false))
+        Box::pin(self.watch_releases(key))
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::none().with_fair_queue(self)
+        Capabilities::none().with_fair_queue(self).with_shares()
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        Box::pin(self.inspect_key(key, fence_key))
+    }
+
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.force_release_key(key))
+    }
+
+    fn downgrade<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.downgrade_write(key, token))
     }
 }
 
@@ -370,6 +435,6 @@ impl FairQueue for EtcdBackend {
         let _ = token;
         // No hand-off message: the waiter first in line hears the release
         // (or the departure of a waiter ahead) and takes the key itself.
-        Box::pin(self.watch_releases(key, true))
+        Box::pin(self.watch_releases(key))
     }
 }

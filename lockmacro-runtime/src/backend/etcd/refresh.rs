@@ -16,12 +16,19 @@ impl EtcdBackend {
     ) -> Vec<Result<bool, LockError>> {
         let what = "refresh";
         // One read for every key of every request: which ones still hold
-        // their token, and on which lease.
-        let names: Vec<&str> = requests
-            .iter()
-            .flat_map(|req| req.keys.iter().map(String::as_str))
-            .collect();
-        let found = match self.read(&names, what).await {
+        // their token, and on which lease. A share is read at its own key.
+        let names: Vec<Vec<String>> = {
+            let held = self.held();
+            requests
+                .iter()
+                .map(|req| match held.get(req.token) {
+                    Some(entry) => entry.names(req.keys),
+                    None => req.keys.to_vec(),
+                })
+                .collect()
+        };
+        let flat: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
+        let found = match self.read(&flat, what).await {
             Ok(found) => found,
             Err(err) => {
                 let kind = match &err {
@@ -38,31 +45,34 @@ impl EtcdBackend {
         };
         let mut at = 0;
         let mut renewals = Vec::with_capacity(requests.len());
-        for req in requests {
-            let kvs = &found[at..at + req.keys.len()];
-            at += req.keys.len();
-            renewals.push(Self::common_lease(kvs, req.token));
+        for request_names in &names {
+            let kvs = &found[at..at + request_names.len()];
+            at += request_names.len();
+            renewals.push(Self::common_lease(kvs, requests[renewals.len()].token));
         }
         let futures: Vec<BoxFuture<'_, Result<bool, LockError>>> = requests
             .iter()
             .zip(renewals)
-            .map(|(req, current)| -> BoxFuture<'_, Result<bool, LockError>> {
-                Box::pin(async move {
-                    let Some(current) = current else {
-                        return Ok(false);
-                    };
-                    let secs = lease_secs(req.ttl);
-                    let asked = self
-                        .held()
-                        .get(req.token)
-                        .filter(|held| held.lease == current.lease)
-                        .map_or(secs, |held| held.secs);
-                    if asked == secs {
-                        return self.keep_alive(current.lease, what).await;
-                    }
-                    self.move_to_new_lease(req, current, secs).await
-                })
-            })
+            .zip(names)
+            .map(
+                |((req, current), names)| -> BoxFuture<'_, Result<bool, LockError>> {
+                    Box::pin(async move {
+                        let Some(current) = current else {
+                            return Ok(false);
+                        };
+                        let secs = lease_secs(req.ttl);
+                        let asked = self
+                            .held()
+                            .get(req.token)
+                            .filter(|held| held.lease == current.lease)
+                            .map_or(secs, |held| held.secs);
+                        if asked == secs {
+                            return self.keep_alive(current.lease, what).await;
+                        }
+                        self.move_to_new_lease(req, &names, current, secs).await
+                    })
+                },
+            )
             .collect();
         futures_util::future::join_all(futures).await
     }
@@ -72,13 +82,13 @@ impl EtcdBackend {
     pub(super) async fn move_to_new_lease(
         &self,
         req: &RefreshRequest<'_>,
+        names: &[String],
         current: Held,
         secs: i64,
     ) -> Result<bool, LockError> {
         let what = "refresh to a new ttl";
         let lease = self.grant(secs, what).await?;
-        let moves: Vec<TxnOp> = req
-            .keys
+        let moves: Vec<TxnOp> = names
             .iter()
             .map(|key| {
                 TxnOp::put(
@@ -89,7 +99,7 @@ impl EtcdBackend {
             })
             .collect();
         let txn = Txn::new()
-            .when(Self::still_held(req.keys, &current))
+            .when(Self::still_held(names, &current))
             .and_then(moves);
         let moved = match self.txn(what, txn).await {
             Ok(response) => response.succeeded(),
@@ -108,7 +118,8 @@ impl EtcdBackend {
                 lease,
                 value: current.value.clone(),
                 secs,
-                queue_lease: None,
+                share_key: (names != req.keys).then(|| names[0].clone()),
+                ..Held::default()
             },
         );
         self.forget_lease(current.lease, what).await;

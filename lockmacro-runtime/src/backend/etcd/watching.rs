@@ -1,17 +1,18 @@
-//! Wake-ups: a watch on the key's deletions (and its queue's, for a fair
-//! waiter), stopped when the listener goes.
+//! Wake-ups: a watch on the deletions of the key, of its queue's entries
+//! and of its shares, stopped when the listener goes.
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions};
 use tokio::sync::watch;
 
 use super::EtcdBackend;
-use super::wire::queue_prefix;
+use super::wire::{queue_prefix, shares_prefix};
 use crate::backend::ReleaseListener;
 
 impl EtcdBackend {
-    /// Watches `key` (and, for a fair waiter, its queue) for deletions from
-    /// now on; deaf when no member can be watched.
-    pub(super) async fn watch_releases(&self, key: &str, queue: bool) -> ReleaseListener {
+    /// Watches `key`, its queue and its shares for deletions from now on: a
+    /// release, a waiter ahead leaving, a share given back. Deaf when no
+    /// member can be watched.
+    pub(super) async fn watch_releases(&self, key: &str) -> ReleaseListener {
         let what = format!("listen on `{key}`");
         let options = || WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let watched = self
@@ -21,25 +22,22 @@ impl EtcdBackend {
                     let (mut watcher, mut stream) =
                         client.watch(key.as_str(), Some(options())).await?;
                     let mut early = 0;
-                    if queue {
-                        watcher
-                            .watch(queue_prefix(&key), Some(options().with_prefix()))
-                            .await?;
-                        // Deletions are heard from the moment each watch is
-                        // created: wait for the second one's confirmation.
-                        loop {
-                            let Some(response) = stream.message().await? else {
-                                return Err(etcd_client::Error::WatchError("watch closed".into()));
-                            };
-                            early += response
-                                .events()
-                                .iter()
-                                .filter(|e| e.event_type() == EventType::Delete)
-                                .count();
-                            if response.created() {
-                                break;
-                            }
-                        }
+                    for prefix in [queue_prefix(&key), shares_prefix(&key)] {
+                        watcher.watch(prefix, Some(options().with_prefix())).await?;
+                    }
+                    // Deletions are heard from the moment each watch is
+                    // created: wait for the other two's confirmations.
+                    let mut created = 0;
+                    while created < 2 {
+                        let Some(response) = stream.message().await? else {
+                            return Err(etcd_client::Error::WatchError("watch closed".into()));
+                        };
+                        early += response
+                            .events()
+                            .iter()
+                            .filter(|e| e.event_type() == EventType::Delete)
+                            .count();
+                        created += usize::from(response.created());
                     }
                     Ok((watcher, stream, early))
                 }
