@@ -9,6 +9,7 @@
 //! ttl is 30 s wherever a prompt election shows that the follower did not
 //! wait for the leader's lease to run out.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,7 +104,7 @@ pub async fn run_campaigns_again_after_losing_the_role(fx: &Fixture) {
                 acted.store(true, Ordering::SeqCst);
                 std::future::pending::<()>().await;
             }
-            term.number()
+            Ok::<_, Infallible>(term.number())
         }
     });
     let returned = tokio::time::timeout(Duration::from_secs(20), run)
@@ -125,6 +126,100 @@ pub async fn run_campaigns_again_after_losing_the_role(fx: &Fixture) {
     // `run` resigned before it returned.
     let next = elected(fx, locker.election(ROLE, TTL).campaign(), "after run").await;
     assert!(next.term() > terms[1]);
+}
+
+/// A body whose first term fails (as a store write with `?` does on a
+/// network blip) ends that term, not the campaign: `run` resigns, backs off,
+/// is elected again in a later term and returns that term's output.
+pub async fn run_leads_again_in_a_later_term_after_the_body_fails(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let election = locker.election(ROLE, TTL);
+    let mut terms = Vec::new();
+    let run = election.run(|term| {
+        terms.push(term.number());
+        let first = terms.len() == 1;
+        async move {
+            if first {
+                return Err("the store could not be reached");
+            }
+            Ok(term.number())
+        }
+    });
+    let returned = tokio::time::timeout(PROMPTLY, run)
+        .await
+        .expect("not elected again after the body failed");
+    let returned = fx.check(returned, "run");
+    assert_eq!(terms.len(), 2, "the body was called in terms {terms:?}");
+    assert!(terms[1] > terms[0], "term {} after {}", terms[1], terms[0]);
+    assert_eq!(returned, terms[1]);
+    // Both terms were given back: the role is free at once.
+    let next = elected(fx, locker.election(ROLE, TTL).campaign(), "after run").await;
+    assert!(next.term() > terms[1]);
+    fx.check(next.resign().await, "resign");
+}
+
+/// Two instances run a leader loop until told to stop; the first three
+/// terms, whoever leads them, end in the body's error. Each failing leader
+/// gives the role back and campaigns again, so a fourth term is led, and
+/// neither loop ends before the stop: no instance stops campaigning.
+pub async fn after_a_leaders_body_fails_an_instance_leads_again(fx: &Fixture) {
+    const FAILING: usize = 3;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (led_tx, mut led) = tokio::sync::mpsc::unbounded_channel();
+    let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut loops = Vec::new();
+    for instance in 0..2 {
+        let election = fx.locker().await.election(ROLE, TTL);
+        let (mut stopped, led, failures) = (stopped.clone(), led_tx.clone(), failures.clone());
+        loops.push(tokio::spawn(async move {
+            election
+                .run_until(stopped.wait_for(|stop| *stop), |term| {
+                    let (led, failures) = (led.clone(), failures.clone());
+                    async move {
+                        let _ = led.send((instance, term.number()));
+                        if failures.fetch_add(1, Ordering::SeqCst) < FAILING {
+                            return Err(format!("job failed in term {}", term.number()));
+                        }
+                        std::future::pending::<Result<(), String>>().await
+                    }
+                })
+                .await
+        }));
+    }
+    let mut terms: Vec<(usize, u64)> = Vec::new();
+    while terms.len() <= FAILING {
+        let next = tokio::time::timeout(PROMPTLY, led.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no term led after {terms:?}"))
+            .expect("both loops ended");
+        terms.push(next);
+    }
+    for pair in terms.windows(2) {
+        assert!(pair[1].1 > pair[0].1, "terms went back: {terms:?}");
+    }
+    for (instance, run) in loops.iter().enumerate() {
+        assert!(
+            !run.is_finished(),
+            "instance {instance} stopped campaigning: {terms:?}"
+        );
+    }
+    stop.send_replace(true);
+    for run in loops {
+        let ended = tokio::time::timeout(PROMPTLY, run)
+            .await
+            .expect("a loop did not end on stop")
+            .unwrap();
+        assert_eq!(fx.check(ended, "run_until"), None);
+    }
+    // The leader gave the role back when it stopped.
+    let next = elected(
+        fx,
+        fx.locker().await.election(ROLE, TTL).campaign(),
+        "after stop",
+    )
+    .await;
+    assert!(next.term() > terms[FAILING].1);
+    fx.check(next.resign().await, "resign");
 }
 
 /// Campaigns cancelled at every stage (before, during and after their
@@ -175,6 +270,8 @@ lockmacro_testkit::for_each_backend! {
         terms_increase_across_resignations_and_drops,
         // One thread, so that the body's pause stops the watchdog.
         run_campaigns_again_after_losing_the_role(flavor = "current_thread"),
+        run_leads_again_in_a_later_term_after_the_body_fails,
+        after_a_leaders_body_fails_an_instance_leads_again,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ],
@@ -221,7 +318,10 @@ async fn campaign_refuses_what_it_cannot_keep_before_sending_anything() {
 async fn term_kept_after_run_is_over_and_holds_nothing() {
     let locker = Locker::memory();
     let election = locker.election(ROLE, TTL);
-    let kept = election.run(|term| async move { term }).await.unwrap();
+    let kept = election
+        .run(|term| async move { Ok::<_, Infallible>(term) })
+        .await
+        .unwrap();
     assert!(kept.is_lost(), "the term is not over after run returned");
     tokio::time::timeout(PROMPTLY, kept.lost())
         .await
