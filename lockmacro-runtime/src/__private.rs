@@ -78,7 +78,7 @@ where
 
 fn skipped(err: &LockError) {
     match err {
-        LockError::NotObtained { key } => {
+        LockError::NotObtained { key, .. } => {
             tracing::debug!(target: "lockmacro", key = %key, "skipped: held by someone else");
         }
         err => tracing::error!(target: "lockmacro", error = %err, "skipped: {err}"),

@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use crate::KeyKind;
+
 /// Everything that can go wrong when taking, keeping or giving back a lock.
 ///
 /// Messages name the key, never the token. The enum is `#[non_exhaustive]`:
@@ -8,7 +10,7 @@ use std::time::Duration;
 /// ```
 /// use lockmacro_runtime::LockError;
 ///
-/// let err = LockError::NotObtained { key: "user:42".into() };
+/// let err = LockError::NotObtained { key: "user:42".into(), remaining: None, holder: None };
 /// assert_eq!(err.to_string(), "lock `user:42` is held by someone else");
 /// assert!(err.is_not_obtained());
 /// ```
@@ -20,6 +22,54 @@ pub enum LockError {
     #[error("lock `{key}` is held by someone else")]
     NotObtained {
         /// The key that could not be taken.
+        key: String,
+        /// How long the holder's lease had left when last seen, when the
+        /// backend told: see [`LockError::retry_after`].
+        remaining: Option<Duration>,
+        /// The holder's metadata
+        /// ([`ObtainOptions::metadata`](crate::ObtainOptions::metadata)),
+        /// when the backend's answer carried it.
+        holder: Option<String>,
+    },
+
+    /// The key is held as another kind than the obtain asked for (a lock
+    /// asked for on a semaphore, a read on a semaphore, a semaphore of 5
+    /// permits on one of 2): refused before anything was written. One key
+    /// is one kind while it is held; give each use its own key.
+    ///
+    /// ```
+    /// use lockmacro_runtime::{KeyKind, LockError};
+    ///
+    /// let err = LockError::WrongKind {
+    ///     key: "jobs".into(),
+    ///     held: KeyKind::Semaphore { permits: 2 },
+    ///     asked: KeyKind::Semaphore { permits: 5 },
+    /// };
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "`jobs` is a semaphore of 2 permits; asked for a semaphore of 5 permits"
+    /// );
+    /// ```
+    #[error("`{key}` is {held}; asked for {asked}")]
+    WrongKind {
+        /// The key, as given to the obtain (without the locker's namespace).
+        key: String,
+        /// What the key is held as.
+        held: KeyKind,
+        /// What the obtain asked for.
+        asked: KeyKind,
+    },
+
+    /// A task holding a read of a key asked for its write: upgrading a read
+    /// would deadlock with another reader doing the same. Take the write
+    /// from the start (and [`downgrade`](crate::Lock::downgrade) it to a
+    /// read if need be), or release the read first.
+    #[error(
+        "this task holds a read of `{key}` and asked for its write: a read cannot be upgraded; \
+         take the write from the start, or release the read first"
+    )]
+    UpgradeRefused {
+        /// The key, as given to the obtain (without the locker's namespace).
         key: String,
     },
 
@@ -109,6 +159,30 @@ impl LockError {
         matches!(self, LockError::NotObtained { .. })
     }
 
+    /// How long to wait before trying again, for a
+    /// [`LockError::NotObtained`]: the holder's remaining lease, when the
+    /// backend told it (an HTTP handler's `Retry-After`). `None` for every
+    /// other error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let _held = locker.obtain("report", Duration::from_secs(30), ObtainOptions::new()).await?;
+    /// let err = locker.obtain("report", Duration::from_secs(30), ObtainOptions::new()).await.unwrap_err();
+    /// let retry_after = err.retry_after().expect("the memory backend knows the holder's lease");
+    /// assert!(retry_after <= Duration::from_secs(30));
+    /// # Ok(()) }
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LockError::NotObtained { remaining, .. } => *remaining,
+            _ => None,
+        }
+    }
+
     /// True for [`LockError::NotHeld`] and [`LockError::Lost`]: the lock is
     /// no longer ours.
     pub fn is_not_held(&self) -> bool {
@@ -143,7 +217,8 @@ impl LockError {
     ///     }
     /// }
     ///
-    /// assert_eq!(status(&LockError::NotObtained { key: "user:42".into() }), 409);
+    /// let busy = LockError::NotObtained { key: "user:42".into(), remaining: None, holder: None };
+    /// assert_eq!(status(&busy), 409);
     /// assert_eq!(status(&LockError::NotConfigured), 500);
     /// ```
     pub fn is_transient(&self) -> bool {

@@ -51,7 +51,10 @@ pub(crate) struct Lease {
     pub(crate) metadata: Box<str>,
     pub(crate) fence: Option<u64>,
     /// A share of the key (a permit, a read, the write), or `None`: the key.
+    /// What it holds now is [`Lease::share`].
     pub(crate) share: Option<Share>,
+    /// Set once the write was downgraded to a read; never cleared.
+    pub(crate) downgraded: AtomicBool,
     pub(crate) acquired_at: Instant,
     /// `acquired_at + max_hold`: the deadline never moves past it, and the
     /// watchdog stops renewing once it reaches it.
@@ -110,6 +113,14 @@ impl Lease {
     /// whatever locker or namespace it is reached through).
     pub(crate) fn is_on(&self, backend: &dyn Backend) -> bool {
         std::ptr::addr_eq(Arc::as_ptr(&self.backend), backend)
+    }
+
+    /// The share held now: a write downgraded is a read.
+    pub(crate) fn share(&self) -> Option<Share> {
+        if self.downgraded.load(Ordering::Acquire) {
+            return Some(Share::Read);
+        }
+        self.share
     }
 
     pub(crate) fn key(&self) -> &str {

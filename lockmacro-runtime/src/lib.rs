@@ -554,12 +554,15 @@ pub mod backend;
 mod claim;
 #[cfg(doctest)]
 mod doc_examples;
+mod downgrade;
 mod election;
 mod error;
 mod fenced;
 mod global;
 mod guard;
 mod hold;
+mod inspect;
+mod kind;
 mod lease;
 mod lock;
 mod locker;
@@ -581,7 +584,8 @@ pub use crate::backend::ClusterBackend;
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use crate::backend::{EtcdBackend, EtcdConfig};
 pub use crate::backend::{
-    MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, SentinelBackend,
+    HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
+    SentinelBackend,
 };
 pub use crate::election::{Election, Leadership, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
@@ -589,6 +593,7 @@ pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};
 pub use crate::guard::LockGuard;
 pub use crate::hold::{HoldOptions, OnLost};
+pub use crate::kind::KeyKind;
 pub use crate::lease::MAX_TTL;
 pub use crate::lock::Lock;
 pub use crate::locker::Locker;

@@ -49,7 +49,7 @@ impl std::fmt::Debug for Locker {
     }
 }
 
-fn check_key(key: &str) -> Result<(), LockError> {
+pub(crate) fn check_key(key: &str) -> Result<(), LockError> {
     if key.is_empty() {
         return Err(LockError::InvalidKey {
             key: String::new(),

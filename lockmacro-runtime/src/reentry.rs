@@ -36,13 +36,9 @@ pub(crate) fn held(locker: &Locker, keys: &[String]) -> Option<LockGuard> {
 /// ever. Any other re-entry is allowed: a writer may read, a holder of the
 /// whole key or of a permit may take it again.
 pub(crate) fn check_upgrade(held: &LockGuard, wanted: Option<Share>) -> Result<(), LockError> {
-    if held.lease().share == Some(Share::Read) && wanted == Some(Share::Write) {
-        return Err(LockError::InvalidKey {
+    if held.lease().share() == Some(Share::Read) && wanted == Some(Share::Write) {
+        return Err(LockError::UpgradeRefused {
             key: held.key().to_owned(),
-            reason: "this task holds a read of the key and asks for the write: upgrading a \
-                     read would deadlock with another reader doing the same; take the write \
-                     from the start, or release the read first"
-                .into(),
         });
     }
     Ok(())

@@ -86,6 +86,22 @@ impl Request {
         std::str::from_utf8(&self.token).expect("a simple uuid is ASCII hex")
     }
 
+    /// `err` naming the key as the caller did: a backend only knows the
+    /// namespaced keys.
+    fn named(&self, err: LockError) -> LockError {
+        match err {
+            LockError::WrongKind { key, held, asked } => {
+                let at = self.wire_keys.iter().position(|wire| *wire == key);
+                LockError::WrongKind {
+                    key: at.map_or(key, |at| self.keys[at].clone()),
+                    held,
+                    asked,
+                }
+            }
+            err => err,
+        }
+    }
+
     /// True while a lease confirmed by a request sent at `sent` can still be
     /// trusted: the ttl, less the drift margin, has not run out.
     fn trusted(&self, sent: Instant) -> bool {
@@ -138,6 +154,8 @@ struct Busy {
     index: usize,
     /// How long its holder's lease has left, when the backend told.
     remaining: Option<Duration>,
+    /// The holder's metadata, when the backend told.
+    holder: Option<String>,
     /// When the attempt was sent: a key handed over after it is ours from then.
     sent: Instant,
 }
@@ -179,7 +197,7 @@ impl<'a> Wait<'a> {
                 Answer::Busy(busy) => busy,
             };
             let Some(pause) = self.pause(&busy) else {
-                return Err(self.give_up(busy.index).await);
+                return Err(self.give_up(busy).await);
             };
             match self
                 .listening
@@ -243,18 +261,20 @@ impl<'a> Wait<'a> {
         let acquired = match request.backend.acquire(acquire).await {
             Ok(acquired) => acquired,
             Err(err) => {
-                // Refused before anything was sent: nothing to give back.
+                // Refused before anything was written: nothing to give back.
                 if matches!(
                     err,
-                    LockError::InvalidKey { .. } | LockError::InvalidDuration { .. }
+                    LockError::InvalidKey { .. }
+                        | LockError::InvalidDuration { .. }
+                        | LockError::WrongKind { .. }
                 ) {
                     self.claim.armed = false;
                 }
-                return Err(err);
+                return Err(request.named(err));
             }
         };
         let attempts = self.attempts;
-        let (index, remaining) = match acquired {
+        let (index, remaining, holder) = match acquired {
             Acquired::Obtained { fence } if request.trusted(sent) => {
                 tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
                 return Ok(Answer::Obtained(self.lease(fence, sent, sent, None)));
@@ -264,15 +284,20 @@ impl<'a> Wait<'a> {
                 // trusted: someone else may hold the key by now.
                 tracing::warn!(target: "lockmacro", attempts, "obtained, but the reply came after the lease's deadline; giving it back");
                 self.claim.give_back().await;
-                (0, None)
+                (0, None, None)
             }
-            Acquired::Busy { index, remaining } => (index, remaining),
+            Acquired::Busy {
+                index,
+                remaining,
+                holder,
+            } => (index, remaining, holder),
         };
         // A fair waiter that joined the queue owns its place in it.
         self.claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
         Ok(Answer::Busy(Busy {
             index,
             remaining,
+            holder,
             sent,
         }))
     }
@@ -310,13 +335,16 @@ impl<'a> Wait<'a> {
         Some(pause)
     }
 
-    /// Gives back what the call may own, and says who holds the keys.
-    async fn give_up(&mut self, index: usize) -> LockError {
+    /// Gives back what the call may own, and says who holds the keys, and
+    /// for how long, as far as the last attempt found out.
+    async fn give_up(&mut self, busy: Busy) -> LockError {
         self.claim.give_back().await;
         metrics::busy(self.labels, self.start.elapsed());
         let keys = &self.request.keys;
         LockError::NotObtained {
-            key: keys.get(index).unwrap_or(&keys[0]).clone(),
+            key: keys.get(busy.index).unwrap_or(&keys[0]).clone(),
+            remaining: busy.remaining,
+            holder: busy.holder,
         }
     }
 
@@ -449,6 +477,7 @@ impl<'a> Wait<'a> {
             metadata: request.opts.metadata.as_str().into(),
             fence,
             share: request.opts.share,
+            downgraded: AtomicBool::new(false),
             acquired_at,
             hold_until,
             timing: Mutex::new(timing),

@@ -100,6 +100,7 @@ impl State {
                 return Acquired::Busy {
                     index,
                     remaining: self.remaining(key),
+                    holder: None,
                 };
             }
         }
@@ -157,6 +158,7 @@ impl State {
         Acquired::Busy {
             index: 0,
             remaining: self.remaining(key),
+            holder: None,
         }
     }
 

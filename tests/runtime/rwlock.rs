@@ -157,7 +157,7 @@ pub async fn the_writer_may_read_but_a_reader_may_not_upgrade(fx: &Fixture) {
         .await;
     let upgrade = fx.check(upgrade, "the read");
     assert!(
-        matches!(&upgrade, Err(LockError::InvalidKey { reason, .. }) if reason.contains("upgrading")),
+        matches!(&upgrade, Err(LockError::UpgradeRefused { key }) if key == "catalog"),
         "{upgrade:?}"
     );
     assert!(!fx.is_held("catalog").await, "the key is left held");

@@ -12,6 +12,7 @@
 mod cluster;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod inspect;
 mod keys;
 mod listener;
 mod memory;
@@ -27,6 +28,7 @@ mod slot;
 pub use self::cluster::ClusterBackend;
 #[cfg(feature = "etcd")]
 pub use self::etcd::{EtcdBackend, EtcdConfig};
+pub use self::inspect::{HeldAs, Holder, Inspection};
 pub use self::listener::{HandOff, Handed, ReleaseListener};
 pub use self::memory::MemoryBackend;
 pub use self::redis::{RedisBackend, RedisConfig};
@@ -39,7 +41,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::LockError;
+use crate::{BackendError, BackendErrorKind, LockError};
 
 /// How long a fence counter is kept after the last token minted from it,
 /// unless configured otherwise ([`RedisConfig::fence_expiry`],
@@ -186,6 +188,64 @@ pub trait Backend: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none()
     }
+
+    /// What holds `key` (namespaced) and who waits for it: its kind, every
+    /// lease on it with its holder's metadata and remaining lease, the fair
+    /// waiters in line, and the last token minted from `fence_key`, its
+    /// fence counter. For operators; it changes nothing. The default fails
+    /// with [`BackendErrorKind::Unsupported`].
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        let _ = fence_key;
+        Box::pin(std::future::ready(Err(unsupported(
+            self.name(),
+            "inspect",
+            key,
+        ))))
+    }
+
+    /// Deletes every lease on `key` whoever holds it (and any grant to its
+    /// fair queue), so that each holder's next refresh fails and it reports
+    /// [`LockError::Lost`]; waiters are woken as by a release. Returns
+    /// whether anything was held. For operators clearing a stuck key. The
+    /// default fails with [`BackendErrorKind::Unsupported`].
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(std::future::ready(Err(unsupported(
+            self.name(),
+            "force_release",
+            key,
+        ))))
+    }
+
+    /// Turns the write of the read-write key `key` held by `token` into a
+    /// read, in one step and with the same expiry, and wakes the readers
+    /// waiting behind it; returns whether `token` held the write (changing
+    /// nothing otherwise). No writer can take the key in between. The
+    /// default fails with [`BackendErrorKind::Unsupported`].
+    fn downgrade<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        let _ = token;
+        Box::pin(std::future::ready(Err(unsupported(
+            self.name(),
+            "downgrade",
+            key,
+        ))))
+    }
+}
+
+/// The error of a [`Backend`] method a backend does not implement.
+fn unsupported(backend: &str, what: &str, key: &str) -> LockError {
+    LockError::Backend(BackendError::new(
+        BackendErrorKind::Unsupported,
+        format!("{backend}: {what} `{key}`"),
+        format!("the {backend} backend cannot {what} a key"),
+    ))
 }
 
 /// Every optional capability of a backend, in one place: what
@@ -368,5 +428,25 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
 
     fn capabilities(&self) -> Capabilities<'_> {
         (**self).capabilities()
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        (**self).inspect(key, fence_key)
+    }
+
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        (**self).force_release(key)
+    }
+
+    fn downgrade<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        (**self).downgrade(key, token)
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use super::Backend;
+use crate::KeyKind;
 #[cfg(doc)]
 use crate::LockError;
 
@@ -69,7 +70,31 @@ pub enum Share {
     Write,
 }
 
+impl Share {
+    /// The kind of key this share is of: a semaphore for permits, a
+    /// read-write lock for a read or the write.
+    ///
+    /// ```
+    /// use lockmacro_runtime::KeyKind;
+    /// use lockmacro_runtime::backend::Share;
+    ///
+    /// assert_eq!(Share::Permits(2).kind(), KeyKind::Semaphore { permits: 2 });
+    /// assert_eq!(Share::Write.kind(), KeyKind::ReadWrite);
+    /// ```
+    pub fn kind(self) -> KeyKind {
+        match self {
+            Share::Permits(permits) => KeyKind::Semaphore { permits },
+            Share::Read | Share::Write => KeyKind::ReadWrite,
+        }
+    }
+}
+
 impl<'a> AcquireRequest<'a> {
+    /// The kind of key this attempt asks for: a lock without a share.
+    pub fn kind(&self) -> KeyKind {
+        self.share.map_or(KeyKind::Lock, Share::kind)
+    }
+
     /// An ordinary attempt to take every one of `keys` (namespaced, sorted,
     /// no duplicates) for `ttl`, storing `value`: the owner's token
     /// ([`TOKEN_LEN`] hex digits), then any metadata. No fence, no queue,
@@ -195,7 +220,7 @@ impl<'a> RefreshRequest<'a> {
 }
 
 /// What one acquisition attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquired {
     /// All keys are now ours; `fence` is the new fencing token when one was
     /// asked for.
@@ -210,5 +235,8 @@ pub enum Acquired {
         index: usize,
         /// The holder's remaining lease.
         remaining: Option<Duration>,
+        /// The holder's metadata, when the answer carries it at no extra
+        /// cost (the plain Redis `SET … NX GET` returns the holder's value).
+        holder: Option<String>,
     },
 }

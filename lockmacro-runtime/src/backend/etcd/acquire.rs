@@ -84,10 +84,15 @@ impl EtcdBackend {
             return Ok(Acquired::Busy {
                 index: 0,
                 remaining: Some(Duration::ZERO),
+                holder: None,
             });
         };
         let remaining = self.lease_left(lease, what).await?;
-        Ok(Acquired::Busy { index, remaining })
+        Ok(Acquired::Busy {
+            index,
+            remaining,
+            holder: None,
+        })
     }
 
     /// What is left of `lease`; `None` for a key without lease.

@@ -154,11 +154,13 @@ impl EtcdBackend {
             return Ok(Acquired::Busy {
                 index: 0,
                 remaining,
+                holder: None,
             });
         }
         Ok(Acquired::Busy {
             index: 0,
             remaining: Some(Duration::ZERO),
+            holder: None,
         })
     }
 

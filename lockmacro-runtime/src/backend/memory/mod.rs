@@ -1,5 +1,6 @@
 //! Locks in this process's memory: [`MemoryBackend`].
 
+mod kinds;
 mod queues;
 mod state;
 
@@ -11,8 +12,8 @@ use tokio::time::Instant;
 use self::state::{Held, State};
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, RefreshRequest,
-    ReleaseListener,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, Inspection,
+    RefreshRequest, ReleaseListener,
 };
 
 /// Locks held in this process's memory, with the same semantics as Redis:
@@ -195,6 +196,26 @@ impl Backend for MemoryBackend {
 
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none().with_fair_queue(self).with_shares()
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        ready(Ok(self.state().inspect(key, fence_key, Instant::now())))
+    }
+
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        ready(Ok(self.state().force_release(key, Instant::now())))
+    }
+
+    fn downgrade<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        ready(Ok(self.state().downgrade(key, token, Instant::now())))
     }
 }
 

@@ -7,8 +7,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::state::{Lease, Permit, State, Waiter};
-use crate::LockError;
-use crate::backend::{AcquireRequest, Acquired, Share};
+use crate::backend::{AcquireRequest, Acquired, Share, TOKEN_LEN};
+use crate::{KeyKind, LockError};
 
 impl State {
     /// The live permits on `key`, if any.
@@ -33,15 +33,15 @@ impl State {
         self.sweep_fences(now);
         self.fence_error(req, now)?;
         let key = &req.keys[0];
-        if self.live(key, now).is_some() || self.counter(key, now).is_some() {
+        if self.counter(key, now).is_some() {
             return Err(LockError::InvalidKey {
                 key: key.clone(),
-                reason: "the key holds something other than permits or read-write shares (a \
-                         lock taken without them, or a fence counter); a semaphore or a \
-                         read-write lock needs a key of its own, e.g. `<key>:shared`"
+                reason: "the key holds a fence counter; a semaphore or a read-write lock \
+                         needs a key of its own, e.g. `<key>:shared`"
                     .into(),
             });
         }
+        self.check_kind(key, share.kind(), now)?;
         let token = req.token();
         let expires = now + req.ttl;
         if self.writing.get(key).is_some_and(|until| *until <= now) {
@@ -63,6 +63,7 @@ impl State {
         let busy = |until: Option<Instant>| Acquired::Busy {
             index: 0,
             remaining: until.map(|until| until.saturating_duration_since(now)),
+            holder: None,
         };
         match share {
             Share::Permits(permits) if req.queue_for.is_some() => {
@@ -119,7 +120,9 @@ impl State {
             token: token.to_owned(),
             expires,
             writer: share == Share::Write,
+            metadata: req.value.get(TOKEN_LEN..).unwrap_or_default().to_owned(),
         });
+        self.kinds.insert(key.clone(), share.kind());
         let fence = req
             .fence_key
             .map(|fence_key| self.next_fence(fence_key, now));
@@ -135,6 +138,7 @@ impl State {
         let now = Instant::now();
         self.fence_error(req, now)?;
         let key = &req.keys[0];
+        self.check_kind(key, KeyKind::Lock, now)?;
         let token = req.token();
         let held = match self.live(key, now) {
             Some(lease) if lease.value == req.value => {
@@ -145,9 +149,10 @@ impl State {
                 });
                 return Ok(Acquired::Obtained { fence });
             }
-            Some(lease) => Some(lease.expires - now),
+            Some(lease) => Some((lease.expires - now, lease.metadata().to_owned())),
             None => None,
         };
+        let (held, holder) = held.unzip();
         let queue = self.queues.entry(key.clone()).or_default();
         queue.retain(|waiter| waiter.expires > now);
         let mine = queue.iter().position(|waiter| waiter.token() == token);
@@ -176,6 +181,7 @@ impl State {
         Ok(Acquired::Busy {
             index: 0,
             remaining,
+            holder,
         })
     }
 
@@ -234,7 +240,12 @@ impl State {
                 token: next.token().to_owned(),
                 expires: now + next.ttl,
                 writer: false,
+                metadata: next.value.get(TOKEN_LEN..).unwrap_or_default().to_owned(),
             });
+        if let Some(permits) = next.permits {
+            self.kinds
+                .insert(key.to_owned(), KeyKind::Semaphore { permits });
+        }
     }
 
     /// After a permit of `key` was given back: the first fair waiters get

@@ -8,14 +8,17 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::clock_micros;
-use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired, TOKEN_LEN};
+use crate::{KeyKind, LockError};
 
 #[derive(Debug)]
 pub(super) struct State {
     pub(super) leases: HashMap<String, Lease>,
     /// Shared keys: the permits, reads or write held on each, in no order.
     pub(super) permits: HashMap<String, Vec<Permit>>,
+    /// What each shared key is, set by its first share: it holds while
+    /// the key has a live share and is written over once it has none.
+    pub(super) kinds: HashMap<String, KeyKind>,
     /// Read-write keys with a writer waiting for their readers: until when
     /// readers that come after it wait behind it.
     pub(super) writing: HashMap<String, Instant>,
@@ -49,6 +52,7 @@ impl Default for State {
         State {
             leases: HashMap::new(),
             permits: HashMap::new(),
+            kinds: HashMap::new(),
             writing: HashMap::new(),
             fences: HashMap::new(),
             fence_expiry: crate::backend::DEFAULT_FENCE_EXPIRY,
@@ -100,6 +104,8 @@ pub(super) struct Permit {
     pub(super) token: String,
     pub(super) expires: Instant,
     pub(super) writer: bool,
+    /// What the holder recorded, shown by `inspect`.
+    pub(super) metadata: String,
 }
 
 /// What a token holds on a key.
@@ -110,6 +116,11 @@ pub(super) enum Held {
 }
 
 impl Lease {
+    /// What the holder recorded after its token.
+    pub(super) fn metadata(&self) -> &str {
+        self.value.get(TOKEN_LEN..).unwrap_or_default()
+    }
+
     pub(super) fn owned_by(&self, token: &str) -> bool {
         self.value.as_bytes().get(..TOKEN_LEN) == Some(token.as_bytes())
     }
@@ -135,6 +146,8 @@ impl State {
                 !permits.is_empty()
             });
             self.writing.retain(|_, until| *until > now);
+            let permits = &self.permits;
+            self.kinds.retain(|key, _| permits.contains_key(key));
             self.swept_at = self.leases.len() + self.permits.len();
         }
     }
@@ -165,21 +178,16 @@ impl State {
                 return Ok(Acquired::Busy {
                     index,
                     remaining: Some(fence.expires - now),
+                    holder: None,
                 });
             }
-            if self.live_permits(key, now).is_some() {
-                return Err(LockError::InvalidKey {
-                    key: key.clone(),
-                    reason: "the key holds permits (it was obtained with `permits`): lock it \
-                             with the same `permits`, or name the lock differently"
-                        .into(),
-                });
-            }
+            self.check_kind(key, KeyKind::Lock, now)?;
             if let Some(lease) = self.live(key, now) {
                 if lease.value != req.value {
                     return Ok(Acquired::Busy {
                         index,
                         remaining: Some(lease.expires - now),
+                        holder: Some(lease.metadata().to_owned()),
                     });
                 }
                 ours += 1;

@@ -7,7 +7,7 @@ use super::errors::Failure;
 use super::scripts::{ACQUIRE_LUA, Command};
 use crate::LockError;
 use crate::backend::keys::{derived_queue_key, derived_waiters_key, fence_key_refused};
-use crate::backend::{AcquireRequest, Acquired, RefreshRequest, Share};
+use crate::backend::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
 use crate::error::{BackendError, BackendErrorKind};
 
 /// The most leases one call of the refresh script carries. Redis runs a
@@ -227,9 +227,10 @@ pub(in crate::backend) fn plain_outcome(
     match previous {
         None => Some(Acquired::Obtained { fence: None }),
         Some(previous) if previous == req.value => None,
-        Some(_) => Some(Acquired::Busy {
+        Some(previous) => Some(Acquired::Busy {
             index: 0,
             remaining: None,
+            holder: Some(previous.get(TOKEN_LEN..).unwrap_or_default().to_owned()),
         }),
     }
 }
@@ -301,6 +302,7 @@ pub(in crate::backend) fn acquired(
         [0, index, remaining] => Ok(Acquired::Busy {
             index: usize::try_from(*index - 1).unwrap_or(0),
             remaining: pttl(*remaining),
+            holder: None,
         }),
         other => Err(BackendError::new(
             BackendErrorKind::Other,

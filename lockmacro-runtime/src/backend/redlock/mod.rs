@@ -326,7 +326,9 @@ impl Backend for RedlockBackend {
                         };
                         Ok(match backend.acquire(req).await? {
                             Acquired::Obtained { fence } => Answer::Yes(fence),
-                            Acquired::Busy { index, remaining } => Answer::No((index, remaining)),
+                            Acquired::Busy {
+                                index, remaining, ..
+                            } => Answer::No((index, remaining)),
                         })
                     }
                 })
@@ -388,7 +390,11 @@ impl Backend for RedlockBackend {
                 .map(|&(_, busy)| busy)
                 .min_by_key(|&(_, remaining)| remaining.unwrap_or(Duration::MAX))
                 .unwrap_or((0, None));
-            Ok(Acquired::Busy { index, remaining })
+            Ok(Acquired::Busy {
+                index,
+                remaining,
+                holder: None,
+            })
         })
     }
 
