@@ -434,6 +434,10 @@
 //!   returns it. [`Election::run_until`] also stops when a future completes
 //!   (a shutdown signal, a `CancellationToken`'s `cancelled()`): the common
 //!   "lead until the service stops" is that one call.
+//! - [`Election::leader`] says who leads now ([`LeaderInfo`]: term,
+//!   metadata, remaining lease), and [`Election::observe`] streams every
+//!   change of leader, woken by releases and reading again when the
+//!   leader's lease would run out, so that a crashed leader is seen too.
 //!
 //! Terms strictly increase per role. A leader learns that it lost the role
 //! on its own clock, before another can be elected (the lease's local
@@ -587,7 +591,7 @@ pub use crate::backend::{
     HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
     SentinelBackend,
 };
-pub use crate::election::{Election, Leadership, Term};
+pub use crate::election::{Election, LeaderInfo, Leadership, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};

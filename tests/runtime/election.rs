@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{Leadership, LockError, Locker};
+use lockmacro_runtime::{LeaderInfo, Leadership, LockError, Locker};
 use lockmacro_testkit::Fixture;
 use lockmacro_testkit::RedisServer;
 
@@ -222,6 +222,95 @@ pub async fn after_a_leaders_body_fails_an_instance_leads_again(fx: &Fixture) {
     fx.check(next.resign().await, "resign");
 }
 
+/// `leader()` answers `None` while nobody leads, and the leader's term and
+/// metadata while one does (the term its `Leadership` was told), and `None`
+/// again once it resigned.
+pub async fn leader_is_none_when_nobody_leads_and_the_leaders_metadata_when_one_does(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let watcher = b.election(ROLE, TTL);
+    assert_eq!(fx.check(watcher.leader().await, "leader"), None);
+    let leadership = elected(
+        fx,
+        a.election(ROLE, TTL).metadata("instance-a").campaign(),
+        "campaign",
+    )
+    .await;
+    let leader = fx
+        .check(watcher.leader().await, "leader")
+        .expect("nobody leads, says leader(), while instance-a does");
+    assert_eq!(leader.role, ROLE);
+    assert_eq!(leader.term, leadership.term());
+    assert_eq!(leader.metadata, "instance-a");
+    let remaining = leader.remaining.expect("no remaining lease");
+    assert!(remaining <= TTL, "{remaining:?} left of a {TTL:?} lease");
+    fx.check(leadership.resign().await, "resign");
+    assert_eq!(fx.check(watcher.leader().await, "leader"), None);
+}
+
+/// Waits for the observer's next item.
+async fn next_change(
+    fx: &Fixture,
+    changes: &mut (impl futures::Stream<Item = Result<Option<LeaderInfo>, LockError>> + Unpin),
+    what: &str,
+) -> Option<LeaderInfo> {
+    let item = tokio::time::timeout(PROMPTLY, futures::StreamExt::next(changes))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no change seen within {PROMPTLY:?}"))
+        .unwrap_or_else(|| panic!("{what}: the observer's stream ended"));
+    fx.check(item, what)
+}
+
+/// Waits until the observer reports a leader, past `None`s.
+async fn next_leader(
+    fx: &Fixture,
+    changes: &mut (impl futures::Stream<Item = Result<Option<LeaderInfo>, LockError>> + Unpin),
+    what: &str,
+) -> LeaderInfo {
+    loop {
+        if let Some(leader) = next_change(fx, changes, what).await {
+            return leader;
+        }
+    }
+}
+
+/// An observer sees nobody, then each leader in turn, through a resignation
+/// and a leadership dropped, each with a follower waiting: each leader with
+/// the term it was told, terms increasing.
+pub async fn observer_sees_each_leader_in_turn(fx: &Fixture) {
+    let lockers = [fx.locker().await, fx.locker().await, fx.locker().await];
+    let mut changes = lockers[2].election(ROLE, TTL).observe();
+    assert_eq!(next_change(fx, &mut changes, "at first").await, None);
+    let first = elected(
+        fx,
+        lockers[0].election(ROLE, TTL).metadata("a").campaign(),
+        "a",
+    )
+    .await;
+    let seen = next_leader(fx, &mut changes, "a elected").await;
+    assert_eq!((seen.term, seen.metadata.as_str()), (first.term(), "a"));
+
+    let election = lockers[1].election(ROLE, TTL).metadata("b");
+    let mut follower = Box::pin(election.campaign());
+    still_waiting(&mut follower, "b").await;
+    let first_term = first.term();
+    fx.check(first.resign().await, "a resigns");
+    let second = elected(fx, follower, "b").await;
+    let seen = next_leader(fx, &mut changes, "b elected").await;
+    assert_eq!((seen.term, seen.metadata.as_str()), (second.term(), "b"));
+    assert!(seen.term > first_term);
+
+    // A candidate waits, as a dropped leadership's release is announced to
+    // waiters (on Redis, only to them).
+    let election = lockers[0].election(ROLE, TTL).metadata("a");
+    let mut follower = Box::pin(election.campaign());
+    still_waiting(&mut follower, "a again").await;
+    drop(second);
+    let third = elected(fx, follower, "a again").await;
+    let seen = next_leader(fx, &mut changes, "a elected again").await;
+    assert_eq!((seen.term, seen.metadata.as_str()), (third.term(), "a"));
+    fx.check(third.resign().await, "resign");
+}
+
 /// Campaigns cancelled at every stage (before, during and after their
 /// attempts) leave the role free: with a ttl of 30 s, anything they left held
 /// would keep the next candidate waiting far longer than [`PROMPTLY`].
@@ -274,6 +363,11 @@ lockmacro_testkit::for_each_backend! {
         after_a_leaders_body_fails_an_instance_leads_again,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
+    ],
+    // The backends that can inspect a key.
+    { needs: [], only: [Memory], servers: shared } => [
+        leader_is_none_when_nobody_leads_and_the_leaders_metadata_when_one_does,
+        observer_sees_each_leader_in_turn,
     ],
     // The Redis server shows its queue; the memory backend queues a
     // candidate at its first attempt, made at once.

@@ -4,6 +4,7 @@
 
 mod campaign;
 mod leadership;
+mod observe;
 mod run;
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use crate::{Locker, RetryStrategy};
 
 pub use self::leadership::{Leadership, Term};
+pub use self::observe::LeaderInfo;
 
 /// The pause after the first failure (an attempt that could not reach the
 /// backend, a term ended by an error); it doubles with each failure that
