@@ -146,14 +146,25 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "listening on http://127.0.0.1:3000; try: curl -X POST localhost:3000/invoices/7/send"
         );
-        serve(listener, router(service)).await?;
+        serve(listener, router(service.clone()))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        // The handlers are done: give back what this instance still holds,
+        // so that the one replacing it does not wait out the ttls.
+        let report = service.shutdown().await;
+        println!("shut down: {report:?}");
         return Ok(());
     }
 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}");
-    let server = tokio::spawn(async move { serve(listener, router(service)).await });
+    let server = tokio::spawn({
+        let service = service.clone();
+        async move { serve(listener, router(service)).await }
+    });
 
     let held = batch_job
         .obtain(
@@ -168,6 +179,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("the batch job released `invoice:7`");
     let (sent, body) = post_request(addr, "/invoices/7/send").await?;
     server.abort();
+    let report = service.shutdown().await;
+    println!("shut down: {report:?}");
 
     if busy != 409 || sent != 200 || !body.starts_with("sent invoice 7") {
         return Err("expected 409 while the invoice was locked elsewhere, then 200".into());

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use tokio_util::task::TaskTracker;
+
 use crate::backend::Backend;
 
 /// What an obtain may own on the server before it hands back a lease: an
@@ -12,9 +14,11 @@ use crate::backend::Backend;
 /// the key on should it have been handed to this call meanwhile).
 ///
 /// It borrows what it would give back: only a claim dropped while armed
-/// copies it, for the background release.
+/// copies it, for the background release, which the locker's tracker counts
+/// so that a shutdown waits for it.
 pub(crate) struct Claim<'a> {
     backend: &'a Arc<dyn Backend>,
+    tracker: &'a TaskTracker,
     wire_keys: &'a [String],
     token: &'a str,
     /// True while the server may hold something of this call's.
@@ -25,11 +29,13 @@ impl<'a> Claim<'a> {
     /// A claim on nothing yet: the first attempt arms it.
     pub(crate) fn new(
         backend: &'a Arc<dyn Backend>,
+        tracker: &'a TaskTracker,
         wire_keys: &'a [String],
         token: &'a str,
     ) -> Self {
         Claim {
             backend,
+            tracker,
             wire_keys,
             token,
             armed: false,
@@ -61,7 +67,10 @@ impl Drop for Claim<'_> {
                 self.wire_keys.to_vec(),
                 self.token.to_owned(),
             );
-            runtime.spawn(async move { release(&*backend, &wire_keys, &token).await });
+            self.tracker.spawn_on(
+                async move { release(&*backend, &wire_keys, &token).await },
+                &runtime,
+            );
         }
     }
 }

@@ -89,6 +89,16 @@ pub enum LockError {
         key: String,
     },
 
+    /// The locker was shut down ([`Locker::shutdown`](crate::Locker::shutdown),
+    /// through it or one of its clones): it takes no more locks, waiting
+    /// obtains end with this error, and a body run under a lease that the
+    /// shutdown gave back ends with it too. Trying again does not help.
+    #[error("lock `{key}`: its locker was shut down, and takes or keeps no locks any more")]
+    ShutDown {
+        /// The key that was asked for, or whose lease was given back.
+        key: String,
+    },
+
     /// `#[distributed_lock]` without `locker = …` found no global locker.
     #[error(
         "no locker configured: call `lockmacro_runtime::set_global(Locker::connect(url).await?)` \

@@ -3,6 +3,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::{Lock, LockError};
 
@@ -16,7 +17,8 @@ use crate::{Lock, LockError};
 /// refresh (even while the backend cannot be reached), the lease is *lost*:
 /// [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost) completes.
 /// Dropping the guard stops the watchdog for it and releases the lock in the
-/// background.
+/// background. [`cancellation_token`](Self::cancellation_token) hands the
+/// end of the lease to the tasks that work under it.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -157,12 +159,15 @@ impl LockGuard {
     }
 
     /// True once the lease is lost: a refresh was refused, or the deadline
-    /// passed without a confirmed refresh. Never turns back to false.
+    /// passed without a confirmed refresh; or once the locker's
+    /// [`shutdown`](crate::Locker::shutdown) gave it back. Never turns back
+    /// to false.
     pub fn is_lost(&self) -> bool {
         self.lease().is_lost()
     }
 
-    /// Completes when the lease is lost (at once if it already is).
+    /// Completes when the lease is lost, or given back by the locker's
+    /// shutdown (at once if it already is).
     pub async fn lost(&self) {
         let lease = self.lease();
         loop {
@@ -177,6 +182,35 @@ impl LockGuard {
                 () = tokio::time::sleep_until(lease.timing().deadline) => {}
             }
         }
+    }
+
+    /// A token cancelled when the lease ends for this holder: lost (as
+    /// [`lost`](Self::lost) completes), given back, or taken by the
+    /// locker's [`shutdown`](crate::Locker::shutdown). Cancelled at once if
+    /// it already has. For the tasks a holder spawns: a task that stops when
+    /// it is cancelled stops when the lease ends, whoever holds the guard.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let guard = locker
+    ///     .obtain("reindex", Duration::from_secs(10), ObtainOptions::new())
+    ///     .await?
+    ///     .keep_alive();
+    /// let token = guard.cancellation_token();
+    /// let worker = tokio::spawn(async move {
+    ///     // Works in batches until the lease ends.
+    ///     token.run_until_cancelled(std::future::pending::<()>()).await
+    /// });
+    /// guard.release().await?;
+    /// assert_eq!(worker.await.unwrap(), None); // stopped by the release
+    /// # Ok(()) }
+    /// ```
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.lease().cancellation_token()
     }
 
     /// How long the lease has left, as the backend sees it;

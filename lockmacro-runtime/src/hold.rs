@@ -177,7 +177,9 @@ impl Locker {
     /// the body is never polled once the deadline has passed, and a body that
     /// finishes after it returns `Lost`, not its value. What remains is the
     /// code between two awaits, and a write already handed to a connection:
-    /// fencing tokens are what protect a resource from those.
+    /// fencing tokens are what protect a resource from those. A
+    /// [`shutdown`](Locker::shutdown) of the locker while the body runs
+    /// ends it the same way, with [`LockError::ShutDown`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -254,7 +256,11 @@ impl Locker {
         let Some(outcome) = outcome else {
             // Reported on the local deadline, whatever the server does:
             // dropping the guard releases in the background.
+            let revoked = guard.lease().is_revoked();
             drop(guard);
+            if revoked {
+                return Err(crate::registry::shut_down(&key));
+            }
             return Err(LockError::Lost { key });
         };
         finish(guard, options.hold_at_least).await;
@@ -322,7 +328,7 @@ async fn finish(guard: LockGuard, hold_at_least: Option<Duration>) {
     let result = match until {
         Some(until) if until > Instant::now() && !guard.is_lost() => {
             let result = lease.refresh(until - Instant::now()).await;
-            lease.done.store(true, std::sync::atomic::Ordering::Release);
+            lease.leave_to_expire();
             result
         }
         _ => guard.release().await,

@@ -6,15 +6,17 @@
 //! that takes it all import this file, and it imports none of them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
 use crate::backend::{Backend, Share, TOKEN_LEN};
 use crate::metrics;
+use crate::registry::{GivenBack, Held, Registry};
 
 /// The longest ttl accepted: ten years.
 pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -40,6 +42,10 @@ pub(crate) fn check_duration(
 /// The state of one lease, shared by its [`Lock`](crate::Lock) and the watchdog.
 pub(crate) struct Lease {
     pub(crate) backend: Arc<dyn Backend>,
+    /// The registry of the locker that obtained it, which it leaves as it
+    /// ends, and its id there.
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) id: u64,
     /// Keys as the caller named them, sorted.
     pub(crate) keys: Box<[String]>,
     /// Keys on the wire, namespaced; `None` when they are `keys` (no
@@ -69,6 +75,14 @@ pub(crate) struct Lease {
     /// Set once the lease stopped counting as held (given back, lost or
     /// dropped), so that it leaves the `leases_held` gauge exactly once.
     pub(crate) ended: AtomicBool,
+    /// Set by the first to give the lease back (its owner, or the locker's
+    /// shutdown), so that it is given back once.
+    pub(crate) giving_back: AtomicBool,
+    /// Set once the locker's shutdown took the lease from its owner.
+    pub(crate) revoked: AtomicBool,
+    /// Cancelled when the lease ends for its holder; made on first ask, as
+    /// most leases are never asked for one.
+    pub(crate) cancel: OnceLock<CancellationToken>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -155,11 +169,16 @@ impl Lease {
         self.lost.load(Ordering::Acquire)
     }
 
-    /// True once the lease is lost. A lease found past its deadline is
-    /// declared lost here, so that whoever sees it lost also sees it logged
-    /// and counted.
+    /// True once the locker's shutdown took the lease from its holder.
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+
+    /// True once the lease is lost, or given back by the locker's shutdown.
+    /// A lease found past its deadline is declared lost here, so that
+    /// whoever sees it lost also sees it logged and counted.
     pub(crate) fn is_lost(&self) -> bool {
-        if self.lost.load(Ordering::Acquire) {
+        if self.lost.load(Ordering::Acquire) || self.is_revoked() {
             return true;
         }
         if Instant::now() >= self.timing().deadline {
@@ -189,7 +208,8 @@ impl Lease {
     /// under the timing lock and the flag is set last, so a caller that
     /// returns from here, or sees the flag, also sees the loss counted.
     pub(crate) fn mark_lost(&self) {
-        if !self.lost.load(Ordering::Acquire) {
+        // A refresh refused after the shutdown gave the lease back is no loss.
+        if !self.lost.load(Ordering::Acquire) && !self.is_revoked() {
             let _declaring = self
                 .timing
                 .lock()
@@ -202,15 +222,57 @@ impl Lease {
             }
         }
         self.lost_notify.notify_waiters();
+        self.cancel();
     }
 
-    /// Takes the lease off the `leases_held` gauge, once, and records how
-    /// long it was held: when it is given back, lost or dropped, whichever
-    /// comes first.
-    pub(crate) fn end(&self) {
-        if !self.ended.swap(true, Ordering::AcqRel) {
-            metrics::ended(self.labels(), self.acquired_at.elapsed());
+    /// Takes the lease from its holder for the locker's shutdown, which
+    /// gives it back next: the holder sees it end.
+    pub(crate) fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+        self.done.store(true, Ordering::Release);
+        self.lost_notify.notify_waiters();
+        self.cancel();
+    }
+
+    /// A token cancelled when the lease ends for its holder: lost, given
+    /// back, or taken by the locker's shutdown (at once if it already has).
+    pub(crate) fn cancellation_token(&self) -> CancellationToken {
+        let token = self.cancel.get_or_init(CancellationToken::new).clone();
+        // Pairs with the fence in `cancel`: either the flags set before it
+        // are seen here, or the token made here is seen there.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.giving_back.load(Ordering::Acquire) || self.is_lost() {
+            token.cancel();
         }
+        token
+    }
+
+    /// Cancels the token, if one was asked for; called after the flag that
+    /// says why is set.
+    fn cancel(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(token) = self.cancel.get() {
+            token.cancel();
+        }
+    }
+
+    /// Takes the lease off the `leases_held` gauge and out of its locker's
+    /// registry, once, and records how long it was held: when it is given
+    /// back, lost or dropped, whichever comes first. True the first time.
+    pub(crate) fn end(&self) -> bool {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        metrics::ended(self.labels(), self.acquired_at.elapsed());
+        self.registry.forget(self.id);
+        true
+    }
+
+    /// Marks the lease as left to run out by itself (`hold_at_least`):
+    /// neither its owner nor a shutdown gives it back.
+    pub(crate) fn leave_to_expire(&self) {
+        self.done.store(true, Ordering::Release);
+        self.giving_back.store(true, Ordering::Release);
     }
 
     /// Refreshes the lease to `ttl`; on success moves the local deadline to
@@ -219,6 +281,9 @@ impl Lease {
     /// at the deadline and stays so.
     pub(crate) async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         check_duration(self.key(), "ttl", ttl)?;
+        if self.is_revoked() {
+            return Err(crate::registry::shut_down(self.key()));
+        }
         let sent = Instant::now();
         let refreshed = self
             .backend
@@ -286,21 +351,41 @@ impl Lease {
         }
     }
 
+    /// Gives the lease back. The owner and the locker's shutdown may both
+    /// ask: the first gives it back, and the other returns `Ok` at once.
     pub(crate) async fn release(&self) -> Result<(), LockError> {
         self.done.store(true, Ordering::Release);
+        if self.giving_back.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.cancel();
         let released = self.backend.release(self.wire_keys(), self.token()).await;
         // Counted before the caller's `await` returns, whatever the answer:
         // the owner holds the lease no longer.
-        self.end();
-        if released? {
-            tracing::debug!(target: "lockmacro", key = %self.key(), "released");
-            metrics::released(self.labels());
-            Ok(())
-        } else {
-            tracing::debug!(target: "lockmacro", key = %self.key(), "release found the lock no longer held");
-            Err(LockError::NotHeld {
-                key: self.key().to_owned(),
-            })
+        let first = self.end();
+        let count = |outcome| {
+            if first {
+                self.registry.count(outcome);
+            }
+        };
+        match released {
+            Ok(true) => {
+                tracing::debug!(target: "lockmacro", key = %self.key(), "released");
+                metrics::released(self.labels());
+                count(GivenBack::Released);
+                Ok(())
+            }
+            Ok(false) => {
+                tracing::debug!(target: "lockmacro", key = %self.key(), "release found the lock no longer held");
+                count(GivenBack::NotHeld);
+                Err(LockError::NotHeld {
+                    key: self.key().to_owned(),
+                })
+            }
+            Err(err) => {
+                count(GivenBack::Failed);
+                Err(err)
+            }
         }
     }
 
@@ -311,6 +396,24 @@ impl Lease {
             .ok_or_else(|| LockError::NotHeld {
                 key: self.key().to_owned(),
             })
+    }
+}
+
+impl Held for Lease {
+    fn revoke(&self) {
+        Lease::revoke(self);
+    }
+
+    fn give_back(self: Arc<Self>) -> futures_util::future::BoxFuture<'static, ()> {
+        Box::pin(async move {
+            if let Err(error) = self.release().await {
+                tracing::debug!(target: "lockmacro", key = %self.key(), %error, "could not give back at shutdown");
+            }
+        })
+    }
+
+    fn end(&self) -> bool {
+        Lease::end(self)
     }
 }
 

@@ -177,7 +177,42 @@
 //! lock given back, when they do not acknowledge it in time; it narrows, but
 //! does not close, the window in which a failover loses a lock.
 //!
+//! ## When the service stops
+//!
+//! A lock dropped without `release` is given back by a task spawned on the
+//! runtime; a runtime that ends right after (a `Lock`, a guard or a
+//! [`Leadership`] dropped as `main` returns) never runs it, and the key stays
+//! held until its ttl runs out: in a rolling deploy, each restarted instance
+//! makes the next leader or job wait that long. Call [`Locker::shutdown`]
+//! last: it gives back every lease held through the locker and its clones
+//! (locks, guards, permits, shares, leaderships, the places of fair waiters),
+//! stops the watchdog, waits (ten seconds at most, or
+//! [`Locker::shutdown_within`]) for the releases that drops left running,
+//! and refuses later obtains with [`LockError::ShutDown`]. Holders see their
+//! lease end: [`LockGuard::lost`] completes, bodies under the attribute are
+//! dropped and return `ShutDown`. In a service, after the server's own
+//! graceful shutdown (axum's `with_graceful_shutdown`; see
+//! `examples/axum.rs`):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! # let locker = lockmacro_runtime::Locker::memory();
+//! # let serving = async {};
+//! // axum::serve(listener, router).with_graceful_shutdown(ctrl_c())
+//! serving.await;
+//! let report = locker.shutdown().await;
+//! if !report.is_complete() {
+//!     eprintln!("{} lock(s) left to expire with their ttl", report.left_to_expire);
+//! }
+//! # }
+//! ```
+//!
+//! Tasks that work under a lease can stop when it ends, whoever holds the
+//! guard: [`LockGuard::cancellation_token`] is cancelled when the lease is
+//! lost, given back, or taken by the shutdown.
+//!
 //! ## Fair hand-off
+//!
 //!
 //! By default, waiters race: a release wakes them, and whoever's retry
 //! arrives first takes the key, often the releasing process itself. With
@@ -573,8 +608,10 @@ mod locker;
 mod metrics;
 mod options;
 mod reentry;
+mod registry;
 mod retry;
 mod rules;
+mod shutdown;
 mod wait;
 mod watchdog;
 
@@ -602,6 +639,7 @@ pub use crate::lease::MAX_TTL;
 pub use crate::lock::Lock;
 pub use crate::locker::Locker;
 pub use crate::options::{Fencing, ObtainOptions};
+pub use crate::registry::ShutdownReport;
 pub use crate::retry::RetryStrategy;
 #[doc(inline)]
 pub use lockmacro::distributed_lock;

@@ -14,7 +14,9 @@ use crate::watchdog::Watchdog;
 /// refreshes a `Lock` by itself (the attribute's watchdog does that for the
 /// functions it wraps). Call [`Lock::release`] when done. A `Lock` dropped
 /// without `release` is released in the background, when a tokio runtime is
-/// running; otherwise it simply expires at the end of its ttl.
+/// running; otherwise it simply expires at the end of its ttl. A runtime
+/// that ends right after the drop may never run that release:
+/// [`Locker::shutdown`](crate::Locker::shutdown) waits for it.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -128,11 +130,15 @@ impl Drop for Lock {
         self.lease.done.store(true, Ordering::Release);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let lease = self.lease.clone();
-            runtime.spawn(async move {
-                if let Err(err) = lease.release().await {
-                    tracing::debug!(target: "lockmacro", key = %lease.key(), error = %err, "background release failed");
-                }
-            });
+            let tracker = lease.registry.tracker().clone();
+            tracker.spawn_on(
+                async move {
+                    if let Err(err) = lease.release().await {
+                        tracing::debug!(target: "lockmacro", key = %lease.key(), error = %err, "background release failed");
+                    }
+                },
+                &runtime,
+            );
         }
     }
 }

@@ -4,8 +4,9 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::backend::Backend;
-use crate::lease::check_duration;
+use crate::lease::{Lease, check_duration};
 use crate::options::Fencing;
+use crate::registry::{Registry, shut_down};
 use crate::wait::{Request, Wait};
 use crate::watchdog::Watchdog;
 use crate::{
@@ -39,6 +40,7 @@ pub struct Locker {
 struct Shared {
     backend: Arc<dyn Backend>,
     watchdog: Arc<Watchdog>,
+    registry: Arc<Registry>,
 }
 
 impl std::fmt::Debug for Locker {
@@ -66,6 +68,7 @@ impl Locker {
             shared: Arc::new(Shared {
                 backend: Arc::new(backend),
                 watchdog: Arc::default(),
+                registry: Arc::default(),
             }),
             prefix: Arc::from(""),
         }
@@ -238,6 +241,14 @@ impl Locker {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    pub(crate) fn watchdog(&self) -> &Watchdog {
+        &self.shared.watchdog
+    }
+
     /// Takes `key` for `ttl`.
     ///
     /// With the default options this tries once and fails with
@@ -338,15 +349,30 @@ impl Locker {
         self.backend()
             .check_keys(&wire_keys, fence_key.as_deref())?;
         crate::rules::check(self.backend(), &keys, ttl, &opts)?;
+        let registry = &self.shared.registry;
+        // Held until the wait, dropped or ended, has spawned what gives back
+        // its claim: a shutdown waits for both.
+        let _obtaining = registry.obtaining(&keys[0])?;
+        let key = keys[0].clone();
         let request = Request::new(
             self.shared.backend.clone(),
+            registry.clone(),
             keys,
             wire_keys,
             fence_key,
             ttl,
             opts,
         );
-        let lease = Wait::new(&request, self.namespace()).run().await?;
+        let lease = tokio::select! {
+            biased;
+            lease = Wait::new(&request, self.namespace()).run() => lease?,
+            () = registry.closing() => return Err(shut_down(&key)),
+        };
+        if !registry.admit(lease.id, Arc::<Lease>::downgrade(&lease)) {
+            // Obtained as the locker shut down: given back at once.
+            let _ = lease.release().await;
+            return Err(shut_down(&key));
+        }
         Ok(Lock {
             lease,
             watchdog: self.shared.watchdog.clone(),

@@ -11,7 +11,7 @@
 //! hand-off can end early, or, with no listener yet, one made at once.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -22,6 +22,7 @@ use crate::backend::{
 };
 use crate::claim::Claim;
 use crate::lease::{Lease, Timing};
+use crate::registry::Registry;
 use crate::{LockError, ObtainOptions, metrics};
 
 /// How many times one obtain listens again after its listener's connection
@@ -32,6 +33,9 @@ const MAX_RELISTENS: u32 = 3;
 /// What one obtain asks for, checked: it does not change while it waits.
 pub(crate) struct Request {
     backend: Arc<dyn Backend>,
+    /// The locker's registry: the lease is entered there, and what the wait
+    /// leaves running in the background is tracked by it.
+    registry: Arc<Registry>,
     /// Keys as the caller named them, sorted.
     keys: Vec<String>,
     /// Keys on the wire, namespaced.
@@ -51,6 +55,7 @@ impl Request {
     /// A request under a fresh token.
     pub(crate) fn new(
         backend: Arc<dyn Backend>,
+        registry: Arc<Registry>,
         keys: Vec<String>,
         wire_keys: Vec<String>,
         fence_key: Option<String>,
@@ -73,6 +78,7 @@ impl Request {
             value,
             drift: backend.drift(ttl),
             backend,
+            registry,
             keys,
             wire_keys,
             fence_key,
@@ -183,7 +189,12 @@ impl<'a> Wait<'a> {
             sent_attempts: 0,
             listening: None,
             relistened: 0,
-            claim: Claim::new(&request.backend, &request.wire_keys, request.token()),
+            claim: Claim::new(
+                &request.backend,
+                request.registry.tracker(),
+                &request.wire_keys,
+                request.token(),
+            ),
         }
     }
 
@@ -412,7 +423,10 @@ impl<'a> Wait<'a> {
         let fence = self.request.fence_key.is_some().then_some(handed.fence);
         tracing::debug!(target: "lockmacro", fence, attempts = self.attempts, "handed over, confirming");
         let lease = self.lease(fence, arrived, sent, Some(until));
-        tokio::spawn(lease.clone().confirm_grant());
+        self.request
+            .registry
+            .tracker()
+            .spawn(lease.clone().confirm_grant());
         Some(lease)
     }
 
@@ -470,6 +484,8 @@ impl<'a> Wait<'a> {
         }
         Arc::new(Lease {
             backend: request.backend.clone(),
+            registry: request.registry.clone(),
+            id: request.registry.next_id(),
             keys: request.keys.clone().into_boxed_slice(),
             namespaced: (request.wire_keys != request.keys)
                 .then(|| request.wire_keys.clone().into_boxed_slice()),
@@ -485,6 +501,9 @@ impl<'a> Wait<'a> {
             lost_notify: Notify::new(),
             done: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            giving_back: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
+            cancel: OnceLock::new(),
         })
     }
 }

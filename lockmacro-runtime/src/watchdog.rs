@@ -64,6 +64,8 @@ struct State {
     queue: BTreeSet<(Tick, u64)>,
     next_id: u64,
     running: bool,
+    /// Set by the locker's shutdown: nothing is watched any more.
+    stopped: bool,
 }
 
 #[derive(Debug)]
@@ -85,6 +87,7 @@ impl Default for State {
             queue: BTreeSet::new(),
             next_id: 0,
             running: false,
+            stopped: false,
         }
     }
 }
@@ -154,6 +157,10 @@ impl Watchdog {
         let queued = due.min(state.tick(timing.deadline));
         let id = state.next_id;
         state.next_id += 1;
+        if state.stopped {
+            // The shutdown gave the lease back already: nothing to renew.
+            return id;
+        }
         // The task sleeps until the first key of the queue: it only needs
         // waking when this lease comes before that.
         let sooner = state.queue.first().is_none_or(|&(first, _)| queued < first);
@@ -183,6 +190,16 @@ impl Watchdog {
             // Lets the task exit now instead of at its next wake-up.
             self.wake.notify_one();
         }
+    }
+
+    /// Forgets every lease, for good: the locker is shutting down. The task
+    /// exits, dropping the refreshes in flight.
+    pub(crate) fn stop(&self) {
+        let mut state = self.state();
+        state.stopped = true;
+        state.leases.clear();
+        state.queue.clear();
+        self.wake.notify_one();
     }
 
     async fn run(self: Arc<Self>) {

@@ -134,7 +134,8 @@ mod values;
 /// unreachable for longer than the lease). `"abort"`, the default: the body's
 /// future is dropped at its next `.await`, and the function returns as for a
 /// busy key, with `LockError::Lost`. `"continue"`: the body runs on, and
-/// `guard.is_lost()` tells it.
+/// `guard.is_lost()` tells it. A `Locker::shutdown` ends the lease the same
+/// way; under `"abort"` the function returns `LockError::ShutDown`.
 ///
 /// ## `fence` / `fence = "key"`
 ///
@@ -147,11 +148,16 @@ mod values;
 /// ## `guard = name`
 ///
 /// Binds `name: &LockGuard` in the body: the key, the token, the fencing
-/// token, the lease's deadline, `is_lost()`.
+/// token, the lease's deadline, `is_lost()`, and `cancellation_token()`, a
+/// tokio-util `CancellationToken` cancelled when the lease ends (the body
+/// returns, the lease is lost, or the locker is shut down): for the tasks
+/// the body spawns, which outlive its future.
 ///
 /// ```text
 /// #[distributed_lock(key = "invoice:{id}", ttl = "30s", fence, guard = lock)]
 /// async fn send_invoice(id: u64) -> Result<Option<u64>, LockError> {
+///     let token = lock.cancellation_token();
+///     tokio::spawn(async move { token.run_until_cancelled(upload(id)).await });
 ///     Ok(lock.fence_token())
 /// }
 /// ```

@@ -4,11 +4,13 @@
 
 mod outcomes;
 mod permits;
+mod tokens;
 mod watchdog;
 
 /// The cases of every backend's module: the outcomes and the watchdog's.
 mod cases {
     pub use crate::outcomes::*;
+    pub use crate::tokens::*;
     pub use crate::watchdog::*;
 }
 
@@ -43,6 +45,9 @@ lockmacro_testkit::for_each_backend! {
         body_longer_than_the_ttl_keeps_the_lock(flavor = "multi_thread", worker_threads = 2),
         no_task_outlives_its_lock(flavor = "current_thread"),
         max_hold_aborts_a_body_that_runs_too_long,
+        a_task_spawned_with_the_bodys_token_stops_when_the_body_returns,
+        a_task_spawned_with_the_bodys_token_stops_when_the_lease_is_lost(flavor = "multi_thread", worker_threads = 2),
+        shutdown_ends_the_body_with_shut_down_and_cancels_its_token,
     ],
     { needs: [Servers], servers: shared } => [
         hold_at_least_keeps_the_key_after_the_body_ends,

@@ -20,3 +20,4 @@ mod pause;
 mod permits;
 mod process;
 mod restart;
+mod shutdown;

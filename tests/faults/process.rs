@@ -20,12 +20,13 @@ pub struct Holder(pub Child);
 
 /// Runs the test `test` of this binary again in a child process, with `env`
 /// set to `value`: the test sees the variable and plays the child's part.
-/// Its standard output is piped to the caller.
+/// Its standard input and output are piped to the caller.
 pub fn rerun_as_child(test: &str, env: &str, value: &str) -> Holder {
     Holder(
         Command::new(env::current_exe().unwrap())
             .args([test, "--exact", "--nocapture"])
             .env(env, value)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),

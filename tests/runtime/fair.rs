@@ -205,6 +205,7 @@ lockmacro_testkit::for_each_backend! {
         waiters_gone_do_not_block_the_queue,
         ordinary_obtain_does_not_overtake,
         fair_locks_exclude,
+        a_fair_waiter_leaves_the_queue_at_shutdown,
     ],
 }
 
@@ -354,6 +355,37 @@ pub async fn waiters_gone_do_not_block_the_queue(fx: &Fixture) {
     );
     if let Kind::Redis | Kind::Cluster | Kind::Sentinel = fx.kind() {
         until_queued(queue_node(fx, "job"), "job", 1).await;
+    }
+    held.release().await.expect("release");
+    let lock = promptly("the last waiter is handed the key", last)
+        .await
+        .expect("waiter task")
+        .expect("the last waiter obtains");
+    lock.release().await.expect("release");
+}
+
+/// A fair waiter whose locker shuts down ends with `ShutDown` and gives its
+/// place in the queue back: the release hands the key to the waiter behind
+/// it at once, instead of to a place nobody takes.
+pub async fn a_fair_waiter_leaves_the_queue_at_shutdown(fx: &Fixture) {
+    let lockers = fx.lockers(3).await;
+    let held = lockers[0]
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    let shut = join(fx, &lockers[1], "job", fair(), 1).await;
+    let last = join(fx, &lockers[2], "job", fair(), 2).await;
+    let report = lockers[1].shutdown().await;
+    assert!(report.is_complete(), "{report:?}");
+    let shut = promptly("the waiter ends at the shutdown", shut)
+        .await
+        .expect("waiter task");
+    assert!(
+        matches!(&shut, Err(LockError::ShutDown { key }) if key == "job"),
+        "{shut:?}"
+    );
+    if let Kind::Redis | Kind::Cluster | Kind::Sentinel = fx.kind() {
+        assert_eq!(queued(queue_node(fx, "job"), "job"), 1, "its place is left");
     }
     held.release().await.expect("release");
     let lock = promptly("the last waiter is handed the key", last)

@@ -10,6 +10,7 @@ mod own_connection;
 mod permits;
 mod redis;
 mod rwlock;
+mod shutdown;
 mod wakeup;
 mod watchdog;
 
@@ -111,5 +112,36 @@ mod read_write_on {
         { needs: [], lacks: [Shares], servers: shared } => [
             read_write_locks_are_refused_where_the_backend_keeps_none,
         ],
+    }
+}
+
+/// `Locker::shutdown` and the lease's cancellation token, on every backend.
+mod shutdown_on {
+    lockmacro_testkit::for_each_backend! {
+        runtime: (flavor = "multi_thread", worker_threads = 2),
+        cases: [crate::shutdown],
+        { needs: [], servers: shared } => [
+            obtain_after_shutdown_fails_with_shut_down,
+            a_clone_shares_the_shutdown,
+            // One thread: the dropped lock's release cannot run before the
+            // shutdown starts.
+            shutdown_awaits_a_dropped_locks_release(flavor = "current_thread"),
+            shutdown_ends_a_held_body_and_cancels_its_token,
+            a_task_with_the_token_stops_when_the_lease_is_lost,
+            a_task_with_the_token_stops_when_the_lease_is_released,
+        ],
+        { needs: [Shares], servers: shared } => [every_kind_of_lease_is_given_back],
+    }
+}
+
+/// The gauge of leases held, read through a recorder local to the test's
+/// thread: the one thread of its runtime.
+#[cfg(feature = "metrics")]
+mod shutdown_gauge_on {
+    lockmacro_testkit::for_each_backend! {
+        needs: [],
+        servers: shared,
+        runtime: (flavor = "current_thread"),
+        cases: crate::shutdown::[the_leases_held_gauge_reads_zero_after_shutdown],
     }
 }
