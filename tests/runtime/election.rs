@@ -311,6 +311,52 @@ pub async fn observer_sees_each_leader_in_turn(fx: &Fixture) {
     fx.check(third.resign().await, "resign");
 }
 
+/// The cancellation token of a `Term` and of a `Leadership` is cancelled
+/// when that term ends (the body's error, its `Ok`, a resignation), and
+/// not before: the body sees its own term's token still on.
+pub async fn a_terms_cancellation_token_is_cancelled_when_the_term_ends(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let election = locker.election(ROLE, TTL);
+    let mut tokens = Vec::new();
+    let run = election.run(|term| {
+        let token = term.cancellation_token();
+        tokens.push(token.clone());
+        let first = tokens.len() == 1;
+        async move {
+            let on = !token.is_cancelled();
+            if first {
+                Err("the first term fails")
+            } else {
+                Ok(on)
+            }
+        }
+    });
+    let on = tokio::time::timeout(PROMPTLY, run)
+        .await
+        .expect("run did not end");
+    assert!(
+        fx.check(on, "run"),
+        "a term's token was cancelled while it ran"
+    );
+    assert_eq!(tokens.len(), 2);
+    for (n, token) in tokens.iter().enumerate() {
+        assert!(
+            token.is_cancelled(),
+            "term {n}'s token is still on after it ended"
+        );
+    }
+    let leadership = elected(fx, election.campaign(), "campaign").await;
+    let token = leadership.cancellation_token();
+    assert!(
+        !token.is_cancelled(),
+        "a leadership's token is cancelled while it leads"
+    );
+    fx.check(leadership.resign().await, "resign");
+    tokio::time::timeout(PROMPTLY, token.cancelled())
+        .await
+        .expect("the token is not cancelled after the resignation");
+}
+
 /// Campaigns cancelled at every stage (before, during and after their
 /// attempts) leave the role free: with a ttl of 30 s, anything they left held
 /// would keep the next candidate waiting far longer than [`PROMPTLY`].
@@ -361,6 +407,7 @@ lockmacro_testkit::for_each_backend! {
         run_campaigns_again_after_losing_the_role(flavor = "current_thread"),
         run_leads_again_in_a_later_term_after_the_body_fails,
         after_a_leaders_body_fails_an_instance_leads_again,
+        a_terms_cancellation_token_is_cancelled_when_the_term_ends,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ],
@@ -538,4 +585,36 @@ async fn fair_hand_over(
         .expect("the old leader was not elected after the follower")
         .expect("campaign");
     assert!(back.term() > second);
+}
+
+/// A leader loop ends when the locker shuts down: the shutdown takes the
+/// role, the body is dropped, and `run_until` returns `ShutDown` instead of
+/// campaigning again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_ends_with_shut_down_when_the_locker_shuts_down() {
+    let locker = Locker::memory();
+    let election = locker.election(ROLE, TTL);
+    let (entered_tx, entered) = tokio::sync::oneshot::channel();
+    let mut entered_tx = Some(entered_tx);
+    let run = tokio::spawn(async move {
+        election
+            .run(|_term| {
+                if let Some(entered) = entered_tx.take() {
+                    let _ = entered.send(());
+                }
+                std::future::pending::<Result<(), Infallible>>()
+            })
+            .await
+    });
+    entered.await.expect("the body was not entered");
+    let report = locker.shutdown().await;
+    println!("{report:?}");
+    let ended = tokio::time::timeout(PROMPTLY, run)
+        .await
+        .expect("run went on after the shutdown")
+        .unwrap();
+    assert!(
+        matches!(&ended, Err(LockError::ShutDown { key }) if key == ROLE),
+        "{ended:?}"
+    );
 }

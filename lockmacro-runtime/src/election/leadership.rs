@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::{LockError, LockGuard};
 
@@ -98,6 +99,31 @@ impl Leadership {
         self.guard.lost().await;
     }
 
+    /// A token cancelled when this term ends: the lease lost (as
+    /// [`lost`](Self::lost) completes), the role given back, or taken by
+    /// the locker's [`shutdown`](crate::Locker::shutdown). For the tasks a
+    /// leader spawns, so that they stop with its term whoever holds the
+    /// `Leadership`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::Locker;
+    ///
+    /// let locker = Locker::memory();
+    /// let leader = locker.election("scheduler", Duration::from_secs(10)).campaign().await?;
+    /// let term_over = leader.cancellation_token();
+    /// let jobs = tokio::spawn(async move {
+    ///     term_over.run_until_cancelled(std::future::pending::<()>()).await
+    /// });
+    /// leader.resign().await?;
+    /// assert_eq!(jobs.await.unwrap(), None); // stopped with the term
+    /// # Ok(()) }
+    /// ```
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.guard.cancellation_token()
+    }
+
     /// Gives the role up: the next candidate is woken and elected.
     /// [`LockError::NotHeld`] when the role was no longer this instance's
     /// (the lease was lost, and someone else may lead).
@@ -181,6 +207,35 @@ impl Term {
     /// Never turns back to false.
     pub fn is_lost(&self) -> bool {
         self.guard.is_done() || self.guard.is_lost()
+    }
+
+    /// A token cancelled when the term is over: the lease lost, the role
+    /// given back (by [`Election::run`] once the body returned, or on its
+    /// stop), or taken by the locker's [`shutdown`](crate::Locker::shutdown).
+    /// For the tasks a body spawns, which its future being dropped does not
+    /// stop.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::Locker;
+    ///
+    /// let locker = Locker::memory();
+    /// let election = locker.election("scheduler", Duration::from_secs(10));
+    /// let worker = election
+    ///     .run(|term| async move {
+    ///         let term_over = term.cancellation_token();
+    ///         Ok::<_, Infallible>(tokio::spawn(async move {
+    ///             term_over.run_until_cancelled(std::future::pending::<()>()).await
+    ///         }))
+    ///     })
+    ///     .await?;
+    /// assert_eq!(worker.await.unwrap(), None); // stopped as `run` resigned
+    /// # Ok(()) }
+    /// ```
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.guard.cancellation_token()
     }
 
     /// Completes when the term is over (at once if it already is): on the

@@ -62,7 +62,9 @@ impl Election {
     ///
     /// `run` returns an error only for what campaigning again cannot cure
     /// (see [`campaign`](Self::campaign)): a role, ttl or period it cannot
-    /// use, a backend that refuses this client. Dropping the future returned
+    /// use, a backend that refuses this client, and
+    /// [`LockError::ShutDown`] once the locker's
+    /// [`shutdown`](crate::Locker::shutdown) took the role. Dropping the future returned
     /// by `run` drops the body's and gives the role back in the background;
     /// [`run_until`](Self::run_until) stops on a signal and waits for the
     /// role to be given back.
@@ -209,6 +211,10 @@ impl Election {
                 Some(Err(panic)) => {
                     resign(leadership, "after the body's panic").await;
                     std::panic::resume_unwind(panic);
+                }
+                None if leadership.guard().lease().is_revoked() => {
+                    // The locker is shutting down: so is the campaign.
+                    return Err(crate::registry::shut_down(&self.role));
                 }
                 None => {
                     tracing::warn!(target: "lockmacro", role = %self.role, term, "lost the role: campaigning again");
