@@ -141,6 +141,9 @@ pub(crate) struct Wait<'a> {
     listening: Option<(usize, ReleaseListener)>,
     /// How often the listener was made again after its connection closed.
     relistened: u32,
+    /// The holder's metadata as an earlier attempt found it: a later one
+    /// may not carry it (a script's answer on Redis does not).
+    holder: Option<String>,
     /// Gives back whatever this call may own on the server, however it ends
     /// without a lease (gave up, failed, or its future was dropped).
     claim: Claim<'a>,
@@ -189,6 +192,7 @@ impl<'a> Wait<'a> {
             sent_attempts: 0,
             listening: None,
             relistened: 0,
+            holder: None,
             claim: Claim::new(
                 &request.backend,
                 request.registry.tracker(),
@@ -303,6 +307,9 @@ impl<'a> Wait<'a> {
                 holder,
             } => (index, remaining, holder),
         };
+        if holder.is_some() {
+            self.holder.clone_from(&holder);
+        }
         // A fair waiter that joined the queue owns its place in it.
         self.claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
         Ok(Answer::Busy(Busy {
@@ -355,7 +362,7 @@ impl<'a> Wait<'a> {
         LockError::NotObtained {
             key: keys.get(busy.index).unwrap_or(&keys[0]).clone(),
             remaining: busy.remaining,
-            holder: busy.holder,
+            holder: busy.holder.or_else(|| self.holder.take()),
         }
     }
 

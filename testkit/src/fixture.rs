@@ -342,7 +342,7 @@ impl Fixture {
                         self.check(lock.release().await, "releasing the probe");
                         false
                     }
-                    Err(LockError::NotObtained { .. }) => true,
+                    Err(LockError::NotObtained { .. } | LockError::WrongKind { .. }) => true,
                     Err(err) => panic!("probing {key}: {err:?}"),
                 }
             }

@@ -48,6 +48,8 @@ pub enum Capability {
     Servers,
     /// `replicas = N`: an obtain that waits until replicas have the lock.
     Replicas,
+    /// `Locker::inspect` and `Locker::force_release`: see and clear a key.
+    Inspect,
 }
 
 impl Kind {
@@ -68,18 +70,21 @@ impl Kind {
         match self {
             Kind::Redis => matches!(
                 capability,
-                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Replicas
+                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Replicas | Inspect
             ),
             Kind::Cluster => matches!(
                 capability,
-                FairQueue | Shares | ShortLeases | Servers | Replicas
+                FairQueue | Shares | ShortLeases | Servers | Replicas | Inspect
             ),
-            Kind::Redlock => matches!(capability, SeveralSlots | ShortLeases | Servers),
+            Kind::Redlock => matches!(capability, SeveralSlots | ShortLeases | Servers | Inspect),
             Kind::Sentinel => matches!(
                 capability,
-                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Replicas
+                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Replicas | Inspect
             ),
-            Kind::Memory => matches!(capability, FairQueue | Shares | SeveralSlots | ShortLeases),
+            Kind::Memory => matches!(
+                capability,
+                FairQueue | Shares | SeveralSlots | ShortLeases | Inspect
+            ),
             Kind::Outside => matches!(capability, FairQueue | SeveralSlots | ShortLeases),
             Kind::Etcd => matches!(capability, FairQueue | SeveralSlots | Servers),
         }
@@ -105,19 +110,19 @@ impl Kind {
 #[macro_export]
 macro_rules! __if_capable {
     ($kind:ident, [] { $($then:tt)* } $else:tt) => { $($then)* };
-    (Redis, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Redis, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Redis, [$($rest),*] $then $else);
     };
-    (Cluster, [$(FairQueue)? $(Shares)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Cluster, [$(FairQueue)? $(Shares)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Cluster, [$($rest),*] $then $else);
     };
-    (Redlock, [$(SeveralSlots)? $(ShortLeases)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Redlock, [$(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Redlock, [$($rest),*] $then $else);
     };
-    (Sentinel, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Sentinel, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Sentinel, [$($rest),*] $then $else);
     };
-    (Memory, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Memory, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Memory, [$($rest),*] $then $else);
     };
     (Outside, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
@@ -343,6 +348,7 @@ mod tests {
             ($($kind:ident),*) => {$(
                 listed!($kind, FairQueue);
                 listed!($kind, Shares);
+                listed!($kind, Inspect);
                 listed!($kind, SeveralSlots);
                 listed!($kind, ShortLeases);
                 listed!($kind, Servers);

@@ -97,10 +97,11 @@ impl State {
             if let Some(value) = self.value(key)
                 && value != req.value
             {
+                let holder = value.get(TOKEN_LEN..).unwrap_or_default().to_owned();
                 return Acquired::Busy {
                     index,
                     remaining: self.remaining(key),
-                    holder: None,
+                    holder: Some(holder),
                 };
             }
         }

@@ -14,6 +14,7 @@ mod election;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod failover;
+mod force_release;
 mod lease;
 mod network;
 mod pause;

@@ -4,6 +4,8 @@
 mod cases;
 mod election;
 mod fair;
+mod inspect;
+mod kinds;
 mod leftovers;
 mod logs;
 mod own_connection;
@@ -143,5 +145,56 @@ mod shutdown_gauge_on {
         servers: shared,
         runtime: (flavor = "current_thread"),
         cases: crate::shutdown::[the_leases_held_gauge_reads_zero_after_shutdown],
+    }
+}
+
+/// One kind per key, and the downgrade of a write, on every backend that
+/// keeps shares. (A backend joins by having `Shares` in `testkit/src/kind.rs`.)
+mod kinds_on {
+    lockmacro_testkit::for_each_backend! {
+        runtime: (flavor = "multi_thread", worker_threads = 2),
+        cases: [crate::kinds],
+        { needs: [Shares], servers: shared } => [
+            permits_on_a_key_held_as_a_read_are_refused,
+            a_different_permit_count_than_the_holders_is_refused,
+            a_semaphore_on_a_lock_and_a_lock_on_a_semaphore_are_refused,
+            a_read_or_write_on_a_semaphore_is_refused,
+            a_refused_upgrade_is_upgrade_refused,
+            a_downgrade_lets_a_waiting_reader_in_and_no_writer,
+            only_a_write_can_be_downgraded,
+        ],
+    }
+}
+
+/// Seeing and clearing keys on every backend that can (`Inspect` in
+/// `testkit/src/kind.rs`), and what a refusal tells of the holder on every
+/// backend whose answers carry it (a backend joins by being listed).
+mod inspect_on {
+    lockmacro_testkit::for_each_backend! {
+        runtime: (flavor = "multi_thread", worker_threads = 2),
+        cases: [crate::inspect],
+        { needs: [Inspect], servers: shared } => [
+            inspect_sees_a_free_key,
+            inspect_sees_a_lock_its_metadata_and_lease,
+            force_release_clears_a_key_and_its_holder_learns_it,
+        ],
+        { needs: [Inspect, ShortLeases], servers: shared } => [
+            inspect_reports_the_last_fence_token,
+        ],
+        { needs: [Inspect, Shares], servers: shared } => [
+            inspect_sees_two_permit_holders,
+            inspect_sees_readers_then_the_writer,
+            force_release_clears_every_share,
+        ],
+        { needs: [Inspect, FairQueue], servers: shared } => [
+            inspect_counts_fair_waiters,
+        ],
+        {
+            needs: [],
+            only: [Redis, Cluster, Redlock, Sentinel, Memory, Outside],
+            servers: shared
+        } => [
+            a_refusal_tells_the_holders_lease_and_metadata,
+        ],
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{BackendErrorKind, LockError, ObtainOptions, RetryStrategy};
+use lockmacro_runtime::{BackendErrorKind, KeyKind, LockError, ObtainOptions, RetryStrategy};
 use tokio::time::Instant;
 
 use lockmacro_testkit::Fixture;
@@ -213,7 +213,7 @@ pub async fn a_lock_and_a_semaphore_cannot_share_a_key(fx: &Fixture) {
     );
     let refused = locker.obtain("job", LONG, permits(2)).await.unwrap_err();
     assert!(
-        matches!(&refused, LockError::InvalidKey { reason, .. } if reason.contains("permits")),
+        matches!(&refused, LockError::WrongKind { key, held: KeyKind::Lock, .. } if key == "job"),
         "{refused:?}"
     );
     fx.check(lock.release().await, "release");
@@ -221,7 +221,13 @@ pub async fn a_lock_and_a_semaphore_cannot_share_a_key(fx: &Fixture) {
     let permit = fx.check(locker.obtain("api", LONG, permits(2)).await, "obtain");
     let refused = locker.obtain("api", LONG, ObtainOptions::new()).await;
     assert!(
-        refused.is_err(),
+        matches!(
+            &refused,
+            Err(LockError::WrongKind {
+                asked: KeyKind::Lock,
+                ..
+            })
+        ),
         "a lock on a key holding permits: {refused:?}"
     );
     fx.check(permit.release().await, "release");

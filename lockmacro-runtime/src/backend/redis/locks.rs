@@ -93,17 +93,31 @@ impl<T: Transport> Protocol<T> {
         }
         if req.is_plain() {
             let set = &plain_set(&req);
-            let previous: Option<String> = self
+            let previous: Result<Option<String>, Failure> = self
                 .send(self.transport.conn(), req.keys, |mut conn| async move {
                     set.query_async(&mut conn).await
                 })
-                .await
-                .map_err(|failure| {
+                .await;
+            match previous {
+                Ok(previous) => match plain_outcome(&req, previous) {
+                    Some(Acquired::Busy { holder, .. }) => {
+                        return Ok(Acquired::Busy {
+                            index: 0,
+                            remaining: self.holder_left(&req.keys[0]).await,
+                            holder,
+                        });
+                    }
+                    Some(plain) => return Ok(plain),
+                    None => {}
+                },
+                // A set of shares (a semaphore or a read-write lock): the
+                // script below reads what it is, and takes it if none of
+                // its shares is live any more.
+                Err(Failure::Redis(err)) if err.code() == Some("WRONGTYPE") => {}
+                Err(failure) => {
                     let what = format!("obtain `{}`", req.keys[0]);
-                    LockError::from(failure.into_error(self.name(), &what))
-                })?;
-            if let Some(plain) = plain_outcome(&req, previous) {
-                return Ok(plain);
+                    return Err(failure.into_error(self.name(), &what).into());
+                }
             }
         }
         let companions = T::COMPANIONS;
@@ -134,7 +148,23 @@ impl<T: Transport> Protocol<T> {
             self.script("obtain", &keys, &ACQUIRE, &args).await
         };
         let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
-        acquired(&reply, req.fence_key.is_some(), self.name())
+        acquired(&reply, &req, self.name())
+    }
+
+    /// How long the holder of `key` has left, for a refusal's
+    /// `Retry-After`: asked only once the plain attempt was refused, so that
+    /// an obtain costs one `SET`. `None` when that cannot be told.
+    async fn holder_left(&self, key: &str) -> Option<Duration> {
+        let keys = std::slice::from_ref(&key);
+        let left: i64 = self
+            .send(
+                self.transport.conn(),
+                &[key.to_owned()],
+                |mut conn| async move { redis::cmd("PTTL").arg(keys).query_async(&mut conn).await },
+            )
+            .await
+            .ok()?;
+        pttl(left)
     }
 
     /// An acquire that waits for `req.replicas` replicas; gives the keys
@@ -355,6 +385,30 @@ macro_rules! speaks_protocol {
                     .with_fair_queue(self)
                     .with_shares()
                     .with_replicas()
+            }
+
+            fn inspect<'a>(
+                &'a self,
+                key: &'a str,
+                fence_key: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, Result<$crate::backend::Inspection, $crate::LockError>>
+            {
+                Box::pin(self.protocol.inspect(key, fence_key))
+            }
+
+            fn force_release<'a>(
+                &'a self,
+                key: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
+                Box::pin(self.protocol.force_release(key))
+            }
+
+            fn downgrade<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
+                Box::pin(self.protocol.downgrade(key, token))
             }
         }
 

@@ -4,6 +4,7 @@ mod config;
 mod connect;
 mod errors;
 mod locks;
+mod operate;
 mod protocol;
 pub(super) mod retry;
 mod scripts;

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::errors::Failure;
 use super::scripts::{ACQUIRE_LUA, Command};
-use crate::LockError;
 use crate::backend::keys::{derived_queue_key, derived_waiters_key, fence_key_refused};
 use crate::backend::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
 use crate::error::{BackendError, BackendErrorKind};
+use crate::{KeyKind, LockError};
 
 /// The most leases one call of the refresh script carries. Redis runs a
 /// script to its end before serving anyone else: this bounds that pause and
@@ -205,7 +205,8 @@ pub(in crate::backend) fn release_args(
 /// The plain attempt ([`AcquireRequest::is_plain`]): `SET key value NX PX
 /// ttl GET`, which answers the value it found (Redis 7.0 and later allow
 /// `NX` with `GET`), so that a retry of an attempt whose reply was lost is
-/// told apart from another owner in the same round trip.
+/// told apart from another owner in the same round trip, and a refusal
+/// carries the holder's metadata.
 pub(in crate::backend) fn plain_set(req: &AcquireRequest<'_>) -> redis::Cmd {
     let mut set = redis::cmd("SET");
     set.arg(&req.keys[0])
@@ -271,17 +272,17 @@ pub(in crate::backend) fn not_a_fence(err: LockError, fence_key: Option<&str>) -
     }
 }
 
-/// The error of the shares script for a key that holds something else
-/// (`NOTSHARES`, from `acquire_shared.lua`), as [`LockError::InvalidKey`];
-/// any other error as it is.
+/// The error of the shares script for a key that holds another client's
+/// data (`NOTSHARES`, from `acquire_shared.lua`), as
+/// [`LockError::InvalidKey`]; any other error as it is.
 pub(in crate::backend) fn not_shares(err: LockError, key: &str) -> LockError {
     match &err {
         LockError::Backend(backend) if backend.to_string().contains("NOTSHARES") => {
             LockError::InvalidKey {
                 key: key.to_owned(),
-                reason: "the key holds something other than permits or read-write shares (a \
-                         lock taken without them, or another client's data); a semaphore or a \
-                         read-write lock needs a key of its own, e.g. `<key>:shared`"
+                reason: "the key holds another client's data, neither a lock nor shares; a \
+                         semaphore or a read-write lock needs a key of its own, e.g. \
+                         `<key>:shared`"
                     .into(),
             }
         }
@@ -289,16 +290,52 @@ pub(in crate::backend) fn not_shares(err: LockError, key: &str) -> LockError {
     }
 }
 
-/// Reads the reply of the acquire script; `server` names it in errors.
+/// The kind a script names by its code (see `kinds.lua`): `None` for
+/// anything but a lock, a semaphore or a read-write lock.
+pub(in crate::backend) fn kind_of(code: i64) -> Option<KeyKind> {
+    match code {
+        -1 => Some(KeyKind::Lock),
+        0 => Some(KeyKind::ReadWrite),
+        permits => u32::try_from(permits)
+            .ok()
+            .map(|permits| KeyKind::Semaphore { permits }),
+    }
+}
+
+/// Reads the reply of an acquire script for `req`; `server` names it in
+/// errors.
 pub(in crate::backend) fn acquired(
     reply: &[i64],
-    fenced: bool,
+    req: &AcquireRequest<'_>,
     server: &str,
 ) -> Result<Acquired, LockError> {
     match reply {
         [1, fence] => Ok(Acquired::Obtained {
-            fence: fenced.then(|| u64::try_from(*fence).unwrap_or(0)),
+            fence: req
+                .fence_key
+                .is_some()
+                .then(|| u64::try_from(*fence).unwrap_or(0)),
         }),
+        [2, index, code] => {
+            let key = usize::try_from(*index - 1)
+                .ok()
+                .and_then(|index| req.keys.get(index))
+                .unwrap_or(&req.keys[0])
+                .clone();
+            Err(match kind_of(*code) {
+                Some(held) => LockError::WrongKind {
+                    key,
+                    held,
+                    asked: req.kind(),
+                },
+                None => LockError::InvalidKey {
+                    key,
+                    reason: "the key holds another client's data, neither a lock nor \
+                             shares; name the lock differently"
+                        .into(),
+                },
+            })
+        }
         [0, index, remaining] => Ok(Acquired::Busy {
             index: usize::try_from(*index - 1).unwrap_or(0),
             remaining: pttl(*remaining),
@@ -372,7 +409,7 @@ pub(in crate::backend) fn acknowledged_outcome(
     req: &AcquireRequest<'_>,
     server: &str,
 ) -> Result<Result<Acquired, usize>, LockError> {
-    match acquired(reply, req.fence_key.is_some(), server)? {
+    match acquired(reply, req, server)? {
         Acquired::Obtained { .. } if acknowledged < req.replicas => Ok(Err(acknowledged)),
         outcome => Ok(Ok(outcome)),
     }

@@ -100,12 +100,14 @@ impl<K: redis::ToRedisArgs, A: redis::ToRedisArgs> Command for Call<'_, K, A> {
 }
 
 pub(in crate::backend) const ACQUIRE_LUA: &str = concat!(
+    include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
     include_str!("../scripts/acquire.lua")
 );
 
 pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
+    include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
     include_str!("../scripts/grant.lua"),
@@ -113,6 +115,7 @@ pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
 );
 
 pub(in crate::backend) const ACQUIRE_SHARED_LUA: &str = concat!(
+    include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
     include_str!("../scripts/grant.lua"),
@@ -128,6 +131,7 @@ pub(in crate::backend) const REFRESH_LUA: &str = concat!(
 // release nobody waits for does not define what only they need (see
 // `release.lua`).
 pub(in crate::backend) const RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/leases.lua"),
     "local function announce(token, awaited)\n",
     include_str!("../scripts/fence.lua"),
@@ -151,6 +155,36 @@ pub(in crate::backend) const REFRESH_MANY_LUA: &str = concat!(
     include_str!("../scripts/leases.lua"),
     include_str!("../scripts/refresh_many.lua")
 );
+
+pub(in crate::backend) const INSPECT_LUA: &str = concat!(
+    include_str!("../scripts/kinds.lua"),
+    include_str!("../scripts/inspect.lua")
+);
+
+// As the release, but for every lease on the key: `announce` hands it to
+// the queue's head and wakes the other waiters.
+pub(in crate::backend) const FORCE_RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/kinds.lua"),
+    include_str!("../scripts/leases.lua"),
+    "local function announce(token, awaited)\n",
+    include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/grant.lua"),
+    include_str!("../scripts/release_announce.lua"),
+    "end\n",
+    include_str!("../scripts/force_release.lua")
+);
+
+pub(in crate::backend) const DOWNGRADE_LUA: &str = concat!(
+    include_str!("../scripts/kinds.lua"),
+    include_str!("../scripts/downgrade.lua")
+);
+
+pub(in crate::backend) static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(INSPECT_LUA));
+
+pub(in crate::backend) static FORCE_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(FORCE_RELEASE_LUA));
+
+pub(in crate::backend) static DOWNGRADE: LazyLock<Lua> = LazyLock::new(|| Lua::new(DOWNGRADE_LUA));
 
 pub(in crate::backend) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_LUA));
 

@@ -2,6 +2,7 @@
 //! masters.
 
 mod fanout;
+mod operate;
 
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tokio::time::Instant;
 
 use self::fanout::{Answer, Tally, Votes};
 use crate::backend::redis::{Lua, RedisBackend, redact};
-use crate::backend::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest};
+use crate::backend::{AcquireRequest, Acquired, Backend, BoxFuture, Inspection, RefreshRequest};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
@@ -327,8 +328,10 @@ impl Backend for RedlockBackend {
                         Ok(match backend.acquire(req).await? {
                             Acquired::Obtained { fence } => Answer::Yes(fence),
                             Acquired::Busy {
-                                index, remaining, ..
-                            } => Answer::No((index, remaining)),
+                                index,
+                                remaining,
+                                holder,
+                            } => Answer::No((index, remaining, holder)),
                         })
                     }
                 })
@@ -384,16 +387,16 @@ impl Backend for RedlockBackend {
                 });
             }
             outcome?;
-            let (index, remaining) = tally
+            let (index, remaining, holder) = tally
                 .no
-                .iter()
-                .map(|&(_, busy)| busy)
-                .min_by_key(|&(_, remaining)| remaining.unwrap_or(Duration::MAX))
-                .unwrap_or((0, None));
+                .into_iter()
+                .map(|(_, busy)| busy)
+                .min_by_key(|(_, remaining, _)| remaining.unwrap_or(Duration::MAX))
+                .unwrap_or((0, None, None));
             Ok(Acquired::Busy {
                 index,
                 remaining,
-                holder: None,
+                holder,
             })
         })
     }
@@ -545,5 +548,17 @@ impl Backend for RedlockBackend {
             left.sort_unstable_by(|a, b| b.cmp(a));
             Ok(left.get(self.inner.quorum - 1).copied())
         })
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        Box::pin(self.inspect_all(key, fence_key))
+    }
+
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.force_release_all(key))
     }
 }

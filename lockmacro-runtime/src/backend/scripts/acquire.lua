@@ -4,7 +4,10 @@
 -- ARGV[3] = n. ARGV[5] = '1' when the caller listens for the release of a
 -- busy key and will wait for it, then ARGV[5 + i] is the waiters flag of
 -- KEYS[i] (see waiters.lua), which a busy answer sets.
--- Returns {1, fence or 0} when taken, {0, index, pttl} when KEYS[index] is held.
+-- Returns {1, fence or 0} when taken, {0, index, pttl} when KEYS[index] is held,
+-- {2, index, kind} when KEYS[index] is held as another kind (see kinds.lua):
+-- a semaphore or a read-write lock. A set of shares none of which is live
+-- any more is free, and overwritten.
 -- Taking keys that already hold exactly ARGV[1] succeeds: that is a retry of
 -- an attempt whose reply was lost.
 -- All or none holds when the script fails too: everything that can fail
@@ -31,22 +34,46 @@ local function busy(i)
   return {0, i, pttl}
 end
 
+-- KEYS[i] if it is not a string: nil when it is free (a set of shares
+-- that all expired), else the reply refusing it.
+local function other_kind(i)
+  local kind = key_kind(KEYS[i], clock_now())
+  if kind then
+    return {2, i, kind_code(kind)}
+  end
+  return nil
+end
+
 if n == 1 then
   if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-    if redis.call('GET', KEYS[1]) ~= value then
+    local current = redis.pcall('GET', KEYS[1])
+    if type(current) == 'table' then
+      local refused = other_kind(1)
+      if refused then
+        return refused
+      end
+      redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+    elseif current ~= value then
       return busy(1)
+    else
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      if counter then
+        return {1, tonumber(redis.call('GET', counter) or 0)}
+      end
+      return {1, 0}
     end
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if counter then
-      return {1, tonumber(redis.call('GET', counter) or 0)}
-    end
-    return {1, 0}
   end
 else
   local retried = true
   for i = 1, n do
-    local current = redis.call('GET', KEYS[i])
-    if current then
+    local current = redis.pcall('GET', KEYS[i])
+    if type(current) == 'table' then
+      local refused = other_kind(i)
+      if refused then
+        return refused
+      end
+      retried = false
+    elseif current then
       if current ~= value then
         return busy(i)
       end

@@ -22,7 +22,8 @@
 -- reply was lost, or a waiter confirming the key handed to it, which
 -- extends the key to its ttl and publishes "confirm:<token>".
 -- A fence counter that cannot be used is refused before anything is
--- written (fence_error).
+-- written (fence_error), and so is a key held as another kind, with {2, 1,
+-- kind} (see kinds.lua).
 local key, value, queue = KEYS[1], ARGV[1], ARGV[4]
 local counter = KEYS[2]
 local token = string.sub(value, 1, 32)
@@ -34,7 +35,15 @@ if counter then
   end
 end
 
-local current = redis.call('GET', key)
+local current = redis.pcall('GET', key)
+if type(current) == 'table' then
+  local kind = key_kind(key, clock_now())
+  if kind then
+    return {2, 1, kind_code(kind)}
+  end
+  -- A set of shares that all expired: free, and overwritten by SET.
+  current = false
+end
 if current == value then
   redis.call('PEXPIRE', key, ARGV[2])
   redis.pcall('PUBLISH', 'lockmacro:released:' .. key, 'confirm:' .. token)

@@ -23,14 +23,20 @@
 -- Returns {1, fence or 0} when taken, {0, 1, ms} when not, ms being how
 -- long until the first share in the way expires. Taking a share this token
 -- already holds succeeds (a retry whose reply was lost) and extends it. A
--- key that holds anything but shares (a lock of the same name) is refused
--- before anything is written, with NOTSHARES.
+-- key held as another kind (a lock, a semaphore of another count, a
+-- read-write lock; see kinds.lua) is refused before anything is written,
+-- with {2, 1, kind}; one that holds another client's data, with NOTSHARES.
 local key, counter = KEYS[1], KEYS[2]
 local token = string.sub(ARGV[1], 1, 32)
 local ttl, kind = tonumber(ARGV[2]), ARGV[3]
 local member = token
 if kind == 'write' then
   member = 'w:' .. token
+end
+-- The kind asked for, as the set's marker names it.
+local asked = kind
+if kind == 'read' or kind == 'write' then
+  asked = 'rw'
 end
 
 if counter then
@@ -40,12 +46,18 @@ if counter then
   end
 end
 
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local dropped = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now)
-if type(dropped) == 'table' and dropped.err then
+local now = clock_now()
+local held = key_kind(key, now)
+if held == 'other' then
   return redis.error_reply('NOTSHARES the key holds something other than permits or ' ..
-    'read-write shares (a lock taken without them, or another client\'s data)')
+    'read-write shares (another client\'s data)')
+end
+if held and held ~= asked and held ~= 'shares' then
+  return {2, 1, kind_code(held)}
+end
+if not held then
+  -- Shares all gone: the marker of what the key was goes too.
+  redis.call('ZREMRANGEBYSCORE', key, '+inf', '+inf')
 end
 
 local function keep()
@@ -84,14 +96,14 @@ end
 -- The first share's expiry and the number of shares, the writer's waiting
 -- mark left out.
 local writing = tonumber(redis.call('ZSCORE', key, 'writing') or 0)
-local shares = redis.call('ZCARD', key)
-if writing > 0 then
-  shares = shares - 1
+local shares = 0
+if held then
+  shares = set_shares(key, now)
 end
 local function first()
   local entries = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
   for i = 1, #entries, 2 do
-    if entries[i] ~= 'writing' then
+    if entries[i] ~= 'writing' and string.sub(entries[i], 1, 5) ~= 'kind:' then
       return tonumber(entries[i + 1])
     end
   end
@@ -186,6 +198,7 @@ else
 end
 
 redis.call('ZADD', key, now + ttl, member)
+redis.call('ZADD', key, '+inf', kind_marker(asked))
 if counter then
   return taken(next_fence(counter, ARGV[4]))
 end

@@ -45,6 +45,7 @@ local function grant(key, entry)
     local time = redis.call('TIME')
     local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
     redis.call('ZADD', key, now + lease, string.sub(entry.v, 1, 32))
+    redis.call('ZADD', key, '+inf', kind_marker(entry.p))
     if redis.call('PTTL', key) < lease then
       redis.call('PEXPIRE', key, lease)
     end

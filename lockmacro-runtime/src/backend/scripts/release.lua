@@ -27,6 +27,10 @@ for i = 1, #KEYS do
     redis.call('DEL', key)
   elseif owned then
     redis.call('ZREM', key, share_member(token, owned))
+    -- The last share takes the set, and its kind (see kinds.lua), with it.
+    if set_shares(key, server_now()) == 0 then
+      redis.call('DEL', key)
+    end
   else
     all = 0
   end

@@ -40,11 +40,8 @@ local function hand_over_permits(key, queue)
     end
     local entry = cjson.decode(raw)
     local live = entry.e > server_now() and string.sub(entry.v, 1, #token) ~= token
-    if live then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', server_now())
-      if not entry.p or redis.call('ZCARD', key) >= entry.p then
-        return granted
-      end
+    if live and (not entry.p or set_shares(key, server_now()) >= entry.p) then
+      return granted
     end
     redis.call('LPOP', queue)
     if live and grant(key, entry) then

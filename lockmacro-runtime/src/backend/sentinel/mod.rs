@@ -16,8 +16,8 @@ use self::lookup::{Lookup, parse_master};
 use crate::backend::redis::retry;
 use crate::backend::redis::{enable_tls, open_client};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, RedisBackend,
-    RefreshRequest, ReleaseListener,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, Inspection,
+    RedisBackend, RefreshRequest, ReleaseListener,
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
@@ -433,6 +433,44 @@ impl Backend for SentinelBackend {
             .with_fair_queue(self)
             .with_shares()
             .with_replicas()
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        Box::pin(async move {
+            let what = format!("inspect `{key}`");
+            self.follow(&what, move |backend| {
+                Box::pin(async move { backend.inspect(key, fence).await })
+            })
+            .await
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let what = format!("force-release `{key}`");
+            self.follow(&what, move |backend| {
+                Box::pin(async move { backend.force_release(key).await })
+            })
+            .await
+        })
+    }
+
+    fn downgrade<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let what = format!("downgrade `{key}`");
+            self.follow(&what, move |backend| {
+                Box::pin(async move { backend.downgrade(key, token).await })
+            })
+            .await
+        })
     }
 }
 
