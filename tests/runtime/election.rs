@@ -411,8 +411,7 @@ lockmacro_testkit::for_each_backend! {
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
     ],
-    // The backends that can inspect a key.
-    { needs: [], only: [Memory], servers: shared } => [
+    { needs: [Inspect], servers: shared } => [
         leader_is_none_when_nobody_leads_and_the_leaders_metadata_when_one_does,
         observer_sees_each_leader_in_turn,
     ],

@@ -20,6 +20,11 @@ const FIRST_FREE_READ: Duration = Duration::from_millis(10);
 /// (nearly) over is read again after this.
 const MIN_READ: Duration = Duration::from_millis(10);
 
+/// The longest pause between reads where the backend announces no
+/// releases (Redlock, a custom backend without `listen`): the backoff its
+/// candidates wait at most between attempts.
+const DEAF_READ: Duration = Duration::from_millis(200);
+
 /// Who leads a role, as [`Election::leader`] and [`Election::observe`] read
 /// it from the backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,8 +103,9 @@ impl Election {
     /// remaining lease is over (an expiry without a release, such as a
     /// leader's crash, is seen then), at most one ttl apart, and close
     /// together while nobody leads, when a new leader is usually about to
-    /// be elected. A leader that comes and goes between two reads is not
-    /// seen. Failures that trying again may cure are logged and read again
+    /// be elected. Where the backend announces no releases (Redlock), it
+    /// reads at least every 200 ms. A leader that comes and goes between
+    /// two reads is not seen. Failures that trying again may cure are logged and read again
     /// after a backoff; another error is the stream's last item. Nothing
     /// runs once the stream is dropped.
     ///
@@ -180,7 +186,11 @@ impl Observer {
                 }
             };
             failures = 0;
-            self.next_read = Some(self.pause_after(leader.as_ref()));
+            let mut pause = self.pause_after(leader.as_ref());
+            if !self.listener.as_ref().is_some_and(ReleaseListener::hears) {
+                pause = pause.min(DEAF_READ);
+            }
+            self.next_read = Some(pause);
             let changed = match (&self.seen, &leader) {
                 (None, _) => true,
                 (Some(Some(before)), Some(now)) => !before.same_term(now),
