@@ -5,7 +5,9 @@
 //! is elected again only in a later term. A witness that does not trust the
 //! lock records every act as (term, writer) in the order the server
 //! received them. And a leader whose Redis freezes gives up on its own
-//! deadline, then campaigns through the failed attempts until it is back.
+//! deadline, then campaigns through the failed attempts until it is back;
+//! a leader loop whose body fails on a Redis blip leads again in a later
+//! term; and an observer sees a killed leader's expiry, then the next one.
 
 use std::convert::Infallible;
 use std::env;
@@ -14,6 +16,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use lockmacro_runtime::{FencedStore, Locker, RedisBackend, RedisConfig};
 use tokio::sync::{mpsc, oneshot};
 
@@ -467,4 +470,77 @@ async fn a_body_that_fails_on_a_redis_blip_leads_again_in_a_later_term() {
     let store = server.expect_ok(FencedStore::connect(&server.url()).await, "store");
     let applied = server.expect_ok(store.get(RESOURCE).await, "read the resource");
     assert_eq!(applied.map(|applied| applied.token), Some(terms[1]));
+}
+
+/// Set, to the server's URL, for the child process that leads until it is
+/// killed.
+const KILLED_ENV: &str = "LOCKMACRO_FAULTS_ELECTION_KILLED";
+
+/// An observer sees a leader in a child process, then, once the child is
+/// killed (SIGKILL: no release is sent, the key expires), that nobody
+/// leads, then the next leader in a later term: every change, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observer_sees_a_killed_leaders_expiry_and_the_next_leader() {
+    if let Ok(url) = env::var(KILLED_ENV) {
+        let locker = Locker::connect(&url).await.unwrap();
+        let leader = locker
+            .election(ROLE, TTL)
+            .metadata("child")
+            .campaign()
+            .await
+            .unwrap();
+        println!("leader {}", leader.term());
+        return std::future::pending().await;
+    }
+    let server = RedisServer::start();
+    let locker = server.locker().await;
+    let mut changes = locker.election(ROLE, TTL).observe();
+    let mut next = async || {
+        let item = tokio::time::timeout(BOUND, changes.next())
+            .await
+            .expect("the observer saw no change")
+            .expect("the observer's stream ended");
+        server.expect_ok(item, "observe")
+    };
+    assert_eq!(next().await, None, "a leader before anyone campaigned");
+
+    let mut child = Leader(
+        Command::new(env::current_exe().unwrap())
+            .args([
+                "election::observer_sees_a_killed_leaders_expiry_and_the_next_leader",
+                "--exact",
+                "--nocapture",
+            ])
+            .env(KILLED_ENV, server.url())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = lines(&mut child.0);
+    let first: u64 = line(&mut lines, "leader").await.parse().unwrap();
+    let seen = next().await.expect("the child's leadership was not seen");
+    assert_eq!((seen.term, seen.metadata.as_str()), (first, "child"));
+
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    assert_eq!(
+        next().await,
+        None,
+        "the killed leader's expiry was not seen as nobody leading"
+    );
+
+    let leader = tokio::time::timeout(
+        BOUND,
+        locker.election(ROLE, TTL).metadata("parent").campaign(),
+    )
+    .await
+    .expect("not elected after the child's lease ran out");
+    let leader = server.expect_ok(leader, "campaign");
+    assert!(leader.term() > first);
+    let seen = next().await.expect("the parent's leadership was not seen");
+    assert_eq!(
+        (seen.term, seen.metadata.as_str()),
+        (leader.term(), "parent")
+    );
+    server.expect_ok(leader.resign().await, "resign");
 }
