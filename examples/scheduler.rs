@@ -94,8 +94,9 @@ fn usage(problem: &str) -> ! {
 }
 
 /// Runs one instance until `stop` turns true: campaigns, and runs the jobs
-/// while it leads. `say` prints a line for the controller; `crash` is
-/// checked mid-job (threads only: a process is killed from outside).
+/// while it leads; a term whose jobs fail ends, and the instance campaigns
+/// again. `say` prints a line for the controller; `crash` is checked mid-job
+/// (threads only: a process is killed from outside).
 async fn instance(
     n: usize,
     locker: Locker,
@@ -106,66 +107,24 @@ async fn instance(
 ) -> Result<(), LockError> {
     let election = locker.election(ROLE, TTL).metadata(format!("instance {n}"));
     say(format!("instance {n}: campaigning for `{ROLE}`"));
-    let leading = Arc::new(AtomicBool::new(false));
-    let run = election.run(|term| {
-        let (results, stop, say, crash) =
-            (results.clone(), stop.clone(), say.clone(), crash.clone());
-        let leading = Leading::new(leading.clone());
-        async move {
-            let outcome = lead(n, term, results, stop, say, crash).await;
-            leading.ended();
-            outcome
-        }
-    });
-    tokio::pin!(run);
     let mut stopping = stop.clone();
-    tokio::select! {
-        outcome = &mut run => outcome??,
-        _ = stopping.wait_for(|stop| *stop) => {
-            // A leader's jobs stop too, and `run` then resigns: wait for it.
-            // A follower gives up its campaign, which holds nothing.
-            if leading.load(Ordering::SeqCst) {
-                run.await??;
-            }
-        }
-    }
+    // Stopping drops a leader's jobs and gives the role back before
+    // `run_until` returns; a follower gives up its campaign.
+    election
+        .run_until(stopping.wait_for(|stop| *stop), |term| {
+            lead(n, term, results.clone(), say.clone(), crash.clone())
+        })
+        .await?;
     say(format!("instance {n}: stopped"));
     Ok(())
 }
 
-/// Set while this instance holds the role: from the start of a term's jobs
-/// until `run` has resigned. Jobs dropped because the role was lost clear
-/// it (`run` campaigns again); jobs that end keep it, as `run` resigns next.
-struct Leading {
-    flag: Arc<AtomicBool>,
-    ended: bool,
-}
-
-impl Leading {
-    fn new(flag: Arc<AtomicBool>) -> Self {
-        flag.store(true, Ordering::SeqCst);
-        Leading { flag, ended: false }
-    }
-
-    fn ended(mut self) {
-        self.ended = true;
-    }
-}
-
-impl Drop for Leading {
-    fn drop(&mut self) {
-        if !self.ended {
-            self.flag.store(false, Ordering::SeqCst);
-        }
-    }
-}
-
-/// What the leader does in one term: run the jobs until told to stop.
+/// What the leader does in one term: run the jobs, one after the other,
+/// until an error ends the term.
 async fn lead(
     n: usize,
     term: Term,
     results: FencedStore,
-    mut stop: watch::Receiver<bool>,
     say: impl Fn(String),
     crash: impl Fn(),
 ) -> Result<(), LockError> {
@@ -181,17 +140,18 @@ async fn lead(
                 .unwrap_or(0)
         }) + 1;
         say(format!("instance {n}: term {t}: running job {job}"));
-        tokio::select! {
-            () = tokio::time::sleep(JOB) => {}
-            _ = stop.wait_for(|stop| *stop) => return Ok(()),
-        }
+        tokio::time::sleep(JOB).await;
         crash();
         let result = format!("job {job} by instance {n}");
         if !results.set(RESULTS, &result, t).await? {
             say(format!(
                 "instance {n}: term {t}: result of job {job} REFUSED: a later term has written"
             ));
-            return Ok(());
+            // This term is over: a later one has begun elsewhere.
+            return Err(LockError::Lost {
+                key: ROLE.to_owned(),
+                namespace: String::new(),
+            });
         }
     }
 }

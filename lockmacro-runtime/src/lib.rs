@@ -527,9 +527,20 @@
 //!   [`deadline`](Leadership::deadline), [`is_lost`](Leadership::is_lost),
 //!   [`lost`](Leadership::lost), [`resign`](Leadership::resign); dropped, it
 //!   resigns in the background.
-//! - [`Election::run`] runs a future while this instance leads, drops it
-//!   when the lease is lost and campaigns again, and resigns once a future
-//!   completes; the future gets the [`Term`] it runs in.
+//! - [`Election::run`] is the leader loop: it runs a future while this
+//!   instance leads (the future gets the [`Term`] it runs in) and drops it
+//!   when the lease is lost. The future returns a `Result`: an `Err` (a
+//!   store write that failed with `?`, a job that failed) ends the term, not
+//!   the campaign: the error is logged with the role and the term, the role
+//!   given back, and the instance campaigns again after a jittered backoff
+//!   ([`Election::backoff`]). An `Ok` ends the campaign: `run` resigns and
+//!   returns it. [`Election::run_until`] also stops when a future completes
+//!   (a shutdown signal, a `CancellationToken`'s `cancelled()`): the common
+//!   "lead until the service stops" is that one call.
+//! - [`Election::leader`] says who leads now ([`LeaderInfo`]: term,
+//!   metadata, remaining lease), and [`Election::observe`] streams every
+//!   change of leader, woken by releases and reading again when the
+//!   leader's lease would run out, so that a crashed leader is seen too.
 //!
 //! Terms strictly increase per role. A leader learns that it lost the role
 //! on its own clock, before another can be elected (the lease's local
@@ -555,7 +566,7 @@
 //!             Ok::<_, lockmacro_runtime::LockError>(term.number())
 //!         }
 //!     })
-//!     .await??;
+//!     .await?;
 //! assert_eq!(store.get("nightly").await?.map(|applied| applied.token), Some(job));
 //! # Ok(()) }
 //! ```
@@ -690,7 +701,7 @@ pub use crate::backend::{
     HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
     SentinelBackend,
 };
-pub use crate::election::{Election, Leadership, Term};
+pub use crate::election::{Election, LeaderInfo, Leadership, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};

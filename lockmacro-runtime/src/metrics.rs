@@ -174,3 +174,18 @@ pub(crate) fn ended(at: Labels<'_>, held: Duration) {
     #[cfg(not(feature = "metrics"))]
     let _ = (at, held);
 }
+
+/// An election's term ended without ending the campaign, for `reason`.
+pub(crate) fn term_failed(at: Labels<'_>, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    {
+        let [backend, namespace] = at.pairs();
+        metrics::counter!(
+            "lockmacro_election_terms_failed_total",
+            &[backend, namespace, ("reason", reason.to_owned())]
+        )
+        .increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, reason);
+}

@@ -5,14 +5,18 @@
 //! is elected again only in a later term. A witness that does not trust the
 //! lock records every act as (term, writer) in the order the server
 //! received them. And a leader whose Redis freezes gives up on its own
-//! deadline, then campaigns through the failed attempts until it is back.
+//! deadline, then campaigns through the failed attempts until it is back;
+//! a leader loop whose body fails on a Redis blip leads again in a later
+//! term; and an observer sees a killed leader's expiry, then the next one.
 
+use std::convert::Infallible;
 use std::env;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use lockmacro_runtime::{FencedStore, Locker, RedisBackend, RedisConfig};
 use tokio::sync::{mpsc, oneshot};
 
@@ -309,7 +313,7 @@ async fn lead(url: &str) {
                     println!("acted {n}");
                 }
                 std::mem::forget(_dropped);
-                number
+                Ok::<_, Infallible>(number)
             }
         })
         .await;
@@ -365,7 +369,7 @@ async fn leader_gives_up_while_redis_is_frozen_and_campaigns_until_it_is_back() 
                         let _ = entered.send(());
                         std::future::pending::<()>().await;
                     }
-                    term.number()
+                    Ok::<_, Infallible>(term.number())
                 }
             })
             .await;
@@ -389,4 +393,154 @@ async fn leader_gives_up_while_redis_is_frozen_and_campaigns_until_it_is_back() 
     assert_eq!(terms.len(), 2, "the body was called in terms {terms:?}");
     assert!(terms[1] > terms[0], "term {} after {}", terms[1], terms[0]);
     assert_eq!(returned, terms[1]);
+}
+
+/// A leader loop whose body writes with `?` (as the guide's does) while
+/// Redis freezes: the write times out, the body returns its error, and the
+/// term ends; the instance keeps campaigning, and once Redis answers again
+/// it leads in a later term, whose write the fenced resource takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_fails_on_a_redis_blip_leads_again_in_a_later_term() {
+    let server = RedisServer::start();
+    let config = RedisConfig::default().response_timeout(Duration::from_millis(300));
+    let backend = server.expect_ok(
+        RedisBackend::connect_with(&server.url(), config.clone()).await,
+        "connect",
+    );
+    let store = server.expect_ok(
+        FencedStore::connect_with(&server.url(), config).await,
+        "store",
+    );
+    let locker = Locker::new(backend);
+    // Long enough that the lease outlives the blip: the body's error, not
+    // a lost lease, ends the term.
+    let ttl = Duration::from_secs(3);
+    let (wrote_tx, mut wrote) = mpsc::unbounded_channel();
+    let (failed_tx, failed) = oneshot::channel();
+    let run = tokio::spawn(async move {
+        let mut failed = Some(failed_tx);
+        let mut terms = Vec::new();
+        let election = locker.election(ROLE, ttl);
+        let result = election
+            .run(|term| {
+                terms.push(term.number());
+                let (store, wrote, failed) = (store.clone(), wrote_tx.clone(), failed.take());
+                async move {
+                    let number = term.number();
+                    let written = async {
+                        loop {
+                            store.set(RESOURCE, "leader", number).await?;
+                            let _ = wrote.send(number);
+                            if failed.is_none() {
+                                return Ok::<_, lockmacro_runtime::LockError>(number);
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                    .await;
+                    if let (Err(err), Some(failed)) = (&written, failed) {
+                        let _ = failed.send(err.to_string());
+                    }
+                    written
+                }
+            })
+            .await;
+        (result, terms)
+    });
+    let first = tokio::time::timeout(BOUND, wrote.recv())
+        .await
+        .expect("the leader did not write")
+        .unwrap();
+    server.pause();
+    let failure = tokio::time::timeout(BOUND, failed).await;
+    server.resume();
+    let failure = failure
+        .expect("the body's write did not fail while Redis was frozen")
+        .expect("the body ended without failing");
+    println!("the body failed in term {first}: {failure}");
+    let (result, terms) = tokio::time::timeout(BOUND, run)
+        .await
+        .expect("not elected again once Redis was back")
+        .unwrap();
+    let returned = server.expect_ok(result, "run");
+    assert_eq!(terms.len(), 2, "the body was called in terms {terms:?}");
+    assert_eq!(terms[0], first);
+    assert!(terms[1] > terms[0], "term {} after {}", terms[1], terms[0]);
+    assert_eq!(returned, terms[1]);
+    let store = server.expect_ok(FencedStore::connect(&server.url()).await, "store");
+    let applied = server.expect_ok(store.get(RESOURCE).await, "read the resource");
+    assert_eq!(applied.map(|applied| applied.token), Some(terms[1]));
+}
+
+/// Set, to the server's URL, for the child process that leads until it is
+/// killed.
+const KILLED_ENV: &str = "LOCKMACRO_FAULTS_ELECTION_KILLED";
+
+/// An observer sees a leader in a child process, then, once the child is
+/// killed (SIGKILL: no release is sent, the key expires), that nobody
+/// leads, then the next leader in a later term: every change, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observer_sees_a_killed_leaders_expiry_and_the_next_leader() {
+    if let Ok(url) = env::var(KILLED_ENV) {
+        let locker = Locker::connect(&url).await.unwrap();
+        let leader = locker
+            .election(ROLE, TTL)
+            .metadata("child")
+            .campaign()
+            .await
+            .unwrap();
+        println!("leader {}", leader.term());
+        return std::future::pending().await;
+    }
+    let server = RedisServer::start();
+    let locker = server.locker().await;
+    let mut changes = locker.election(ROLE, TTL).observe();
+    let mut next = async || {
+        let item = tokio::time::timeout(BOUND, changes.next())
+            .await
+            .expect("the observer saw no change")
+            .expect("the observer's stream ended");
+        server.expect_ok(item, "observe")
+    };
+    assert_eq!(next().await, None, "a leader before anyone campaigned");
+
+    let mut child = Leader(
+        Command::new(env::current_exe().unwrap())
+            .args([
+                "election::observer_sees_a_killed_leaders_expiry_and_the_next_leader",
+                "--exact",
+                "--nocapture",
+            ])
+            .env(KILLED_ENV, server.url())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = lines(&mut child.0);
+    let first: u64 = line(&mut lines, "leader").await.parse().unwrap();
+    let seen = next().await.expect("the child's leadership was not seen");
+    assert_eq!((seen.term, seen.metadata.as_str()), (first, "child"));
+
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    assert_eq!(
+        next().await,
+        None,
+        "the killed leader's expiry was not seen as nobody leading"
+    );
+
+    let leader = tokio::time::timeout(
+        BOUND,
+        locker.election(ROLE, TTL).metadata("parent").campaign(),
+    )
+    .await
+    .expect("not elected after the child's lease ran out");
+    let leader = server.expect_ok(leader, "campaign");
+    assert!(leader.term() > first);
+    let seen = next().await.expect("the parent's leadership was not seen");
+    assert_eq!(
+        (seen.term, seen.metadata.as_str()),
+        (leader.term(), "parent")
+    );
+    server.expect_ok(leader.resign().await, "resign");
 }

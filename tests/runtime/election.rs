@@ -9,12 +9,13 @@
 //! ttl is 30 s wherever a prompt election shows that the follower did not
 //! wait for the leader's lease to run out.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{Leadership, LockError, Locker};
+use lockmacro_runtime::{LeaderInfo, Leadership, LockError, Locker};
 use lockmacro_testkit::Fixture;
 use lockmacro_testkit::RedisServer;
 
@@ -103,7 +104,7 @@ pub async fn run_campaigns_again_after_losing_the_role(fx: &Fixture) {
                 acted.store(true, Ordering::SeqCst);
                 std::future::pending::<()>().await;
             }
-            term.number()
+            Ok::<_, Infallible>(term.number())
         }
     });
     let returned = tokio::time::timeout(Duration::from_secs(20), run)
@@ -125,6 +126,235 @@ pub async fn run_campaigns_again_after_losing_the_role(fx: &Fixture) {
     // `run` resigned before it returned.
     let next = elected(fx, locker.election(ROLE, TTL).campaign(), "after run").await;
     assert!(next.term() > terms[1]);
+}
+
+/// A body whose first term fails (as a store write with `?` does on a
+/// network blip) ends that term, not the campaign: `run` resigns, backs off,
+/// is elected again in a later term and returns that term's output.
+pub async fn run_leads_again_in_a_later_term_after_the_body_fails(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let election = locker.election(ROLE, TTL);
+    let mut terms = Vec::new();
+    let run = election.run(|term| {
+        terms.push(term.number());
+        let first = terms.len() == 1;
+        async move {
+            if first {
+                return Err("the store could not be reached");
+            }
+            Ok(term.number())
+        }
+    });
+    let returned = tokio::time::timeout(PROMPTLY, run)
+        .await
+        .expect("not elected again after the body failed");
+    let returned = fx.check(returned, "run");
+    assert_eq!(terms.len(), 2, "the body was called in terms {terms:?}");
+    assert!(terms[1] > terms[0], "term {} after {}", terms[1], terms[0]);
+    assert_eq!(returned, terms[1]);
+    // Both terms were given back: the role is free at once.
+    let next = elected(fx, locker.election(ROLE, TTL).campaign(), "after run").await;
+    assert!(next.term() > terms[1]);
+    fx.check(next.resign().await, "resign");
+}
+
+/// Two instances run a leader loop until told to stop; the first three
+/// terms, whoever leads them, end in the body's error. Each failing leader
+/// gives the role back and campaigns again, so a fourth term is led, and
+/// neither loop ends before the stop: no instance stops campaigning.
+pub async fn after_a_leaders_body_fails_an_instance_leads_again(fx: &Fixture) {
+    const FAILING: usize = 3;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (led_tx, mut led) = tokio::sync::mpsc::unbounded_channel();
+    let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut loops = Vec::new();
+    for instance in 0..2 {
+        let election = fx.locker().await.election(ROLE, TTL);
+        let (mut stopped, led, failures) = (stopped.clone(), led_tx.clone(), failures.clone());
+        loops.push(tokio::spawn(async move {
+            election
+                .run_until(stopped.wait_for(|stop| *stop), |term| {
+                    let (led, failures) = (led.clone(), failures.clone());
+                    async move {
+                        let _ = led.send((instance, term.number()));
+                        if failures.fetch_add(1, Ordering::SeqCst) < FAILING {
+                            return Err(format!("job failed in term {}", term.number()));
+                        }
+                        std::future::pending::<Result<(), String>>().await
+                    }
+                })
+                .await
+        }));
+    }
+    let mut terms: Vec<(usize, u64)> = Vec::new();
+    while terms.len() <= FAILING {
+        let next = tokio::time::timeout(PROMPTLY, led.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no term led after {terms:?}"))
+            .expect("both loops ended");
+        terms.push(next);
+    }
+    for pair in terms.windows(2) {
+        assert!(pair[1].1 > pair[0].1, "terms went back: {terms:?}");
+    }
+    for (instance, run) in loops.iter().enumerate() {
+        assert!(
+            !run.is_finished(),
+            "instance {instance} stopped campaigning: {terms:?}"
+        );
+    }
+    stop.send_replace(true);
+    for run in loops {
+        let ended = tokio::time::timeout(PROMPTLY, run)
+            .await
+            .expect("a loop did not end on stop")
+            .unwrap();
+        assert_eq!(fx.check(ended, "run_until"), None);
+    }
+    // The leader gave the role back when it stopped.
+    let next = elected(
+        fx,
+        fx.locker().await.election(ROLE, TTL).campaign(),
+        "after stop",
+    )
+    .await;
+    assert!(next.term() > terms[FAILING].1);
+    fx.check(next.resign().await, "resign");
+}
+
+/// `leader()` answers `None` while nobody leads, and the leader's term and
+/// metadata while one does (the term its `Leadership` was told), and `None`
+/// again once it resigned.
+pub async fn leader_is_none_when_nobody_leads_and_the_leaders_metadata_when_one_does(fx: &Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let watcher = b.election(ROLE, TTL);
+    assert_eq!(fx.check(watcher.leader().await, "leader"), None);
+    let leadership = elected(
+        fx,
+        a.election(ROLE, TTL).metadata("instance-a").campaign(),
+        "campaign",
+    )
+    .await;
+    let leader = fx
+        .check(watcher.leader().await, "leader")
+        .expect("nobody leads, says leader(), while instance-a does");
+    assert_eq!(leader.role, ROLE);
+    assert_eq!(leader.term, leadership.term());
+    assert_eq!(leader.metadata, "instance-a");
+    let remaining = leader.remaining.expect("no remaining lease");
+    assert!(remaining <= TTL, "{remaining:?} left of a {TTL:?} lease");
+    fx.check(leadership.resign().await, "resign");
+    assert_eq!(fx.check(watcher.leader().await, "leader"), None);
+}
+
+/// Waits for the observer's next item.
+async fn next_change(
+    fx: &Fixture,
+    changes: &mut (impl futures::Stream<Item = Result<Option<LeaderInfo>, LockError>> + Unpin),
+    what: &str,
+) -> Option<LeaderInfo> {
+    let item = tokio::time::timeout(PROMPTLY, futures::StreamExt::next(changes))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no change seen within {PROMPTLY:?}"))
+        .unwrap_or_else(|| panic!("{what}: the observer's stream ended"));
+    fx.check(item, what)
+}
+
+/// Waits until the observer reports a leader, past `None`s.
+async fn next_leader(
+    fx: &Fixture,
+    changes: &mut (impl futures::Stream<Item = Result<Option<LeaderInfo>, LockError>> + Unpin),
+    what: &str,
+) -> LeaderInfo {
+    loop {
+        if let Some(leader) = next_change(fx, changes, what).await {
+            return leader;
+        }
+    }
+}
+
+/// An observer sees nobody, then each leader in turn, through a resignation
+/// and a leadership dropped, each with a follower waiting: each leader with
+/// the term it was told, terms increasing.
+pub async fn observer_sees_each_leader_in_turn(fx: &Fixture) {
+    let lockers = [fx.locker().await, fx.locker().await, fx.locker().await];
+    let mut changes = lockers[2].election(ROLE, TTL).observe();
+    assert_eq!(next_change(fx, &mut changes, "at first").await, None);
+    let first = elected(
+        fx,
+        lockers[0].election(ROLE, TTL).metadata("a").campaign(),
+        "a",
+    )
+    .await;
+    let seen = next_leader(fx, &mut changes, "a elected").await;
+    assert_eq!((seen.term, seen.metadata.as_str()), (first.term(), "a"));
+
+    let election = lockers[1].election(ROLE, TTL).metadata("b");
+    let mut follower = Box::pin(election.campaign());
+    still_waiting(&mut follower, "b").await;
+    let first_term = first.term();
+    fx.check(first.resign().await, "a resigns");
+    let second = elected(fx, follower, "b").await;
+    let seen = next_leader(fx, &mut changes, "b elected").await;
+    assert_eq!((seen.term, seen.metadata.as_str()), (second.term(), "b"));
+    assert!(seen.term > first_term);
+
+    // A candidate waits, as a dropped leadership's release is announced to
+    // waiters (on Redis, only to them).
+    let election = lockers[0].election(ROLE, TTL).metadata("a");
+    let mut follower = Box::pin(election.campaign());
+    still_waiting(&mut follower, "a again").await;
+    drop(second);
+    let third = elected(fx, follower, "a again").await;
+    let seen = next_leader(fx, &mut changes, "a elected again").await;
+    assert_eq!((seen.term, seen.metadata.as_str()), (third.term(), "a"));
+    fx.check(third.resign().await, "resign");
+}
+
+/// The cancellation token of a `Term` and of a `Leadership` is cancelled
+/// when that term ends (the body's error, its `Ok`, a resignation), and
+/// not before: the body sees its own term's token still on.
+pub async fn a_terms_cancellation_token_is_cancelled_when_the_term_ends(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let election = locker.election(ROLE, TTL);
+    let mut tokens = Vec::new();
+    let run = election.run(|term| {
+        let token = term.cancellation_token();
+        tokens.push(token.clone());
+        let first = tokens.len() == 1;
+        async move {
+            let on = !token.is_cancelled();
+            if first {
+                Err("the first term fails")
+            } else {
+                Ok(on)
+            }
+        }
+    });
+    let on = tokio::time::timeout(PROMPTLY, run)
+        .await
+        .expect("run did not end");
+    assert!(
+        fx.check(on, "run"),
+        "a term's token was cancelled while it ran"
+    );
+    assert_eq!(tokens.len(), 2);
+    for (n, token) in tokens.iter().enumerate() {
+        assert!(
+            token.is_cancelled(),
+            "term {n}'s token is still on after it ended"
+        );
+    }
+    let leadership = elected(fx, election.campaign(), "campaign").await;
+    let token = leadership.cancellation_token();
+    assert!(
+        !token.is_cancelled(),
+        "a leadership's token is cancelled while it leads"
+    );
+    fx.check(leadership.resign().await, "resign");
+    tokio::time::timeout(PROMPTLY, token.cancelled())
+        .await
+        .expect("the token is not cancelled after the resignation");
 }
 
 /// Campaigns cancelled at every stage (before, during and after their
@@ -175,8 +405,15 @@ lockmacro_testkit::for_each_backend! {
         terms_increase_across_resignations_and_drops,
         // One thread, so that the body's pause stops the watchdog.
         run_campaigns_again_after_losing_the_role(flavor = "current_thread"),
+        run_leads_again_in_a_later_term_after_the_body_fails,
+        after_a_leaders_body_fails_an_instance_leads_again,
+        a_terms_cancellation_token_is_cancelled_when_the_term_ends,
         cancelled_campaigns_leave_nothing_behind,
         dropped_waiting_campaigns_leave_nothing_behind,
+    ],
+    { needs: [Inspect], servers: shared } => [
+        leader_is_none_when_nobody_leads_and_the_leaders_metadata_when_one_does,
+        observer_sees_each_leader_in_turn,
     ],
     // The Redis server shows its queue; the memory backend queues a
     // candidate at its first attempt, made at once.
@@ -221,7 +458,10 @@ async fn campaign_refuses_what_it_cannot_keep_before_sending_anything() {
 async fn term_kept_after_run_is_over_and_holds_nothing() {
     let locker = Locker::memory();
     let election = locker.election(ROLE, TTL);
-    let kept = election.run(|term| async move { term }).await.unwrap();
+    let kept = election
+        .run(|term| async move { Ok::<_, Infallible>(term) })
+        .await
+        .unwrap();
     assert!(kept.is_lost(), "the term is not over after run returned");
     tokio::time::timeout(PROMPTLY, kept.lost())
         .await
@@ -344,4 +584,36 @@ async fn fair_hand_over(
         .expect("the old leader was not elected after the follower")
         .expect("campaign");
     assert!(back.term() > second);
+}
+
+/// A leader loop ends when the locker shuts down: the shutdown takes the
+/// role, the body is dropped, and `run_until` returns `ShutDown` instead of
+/// campaigning again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_ends_with_shut_down_when_the_locker_shuts_down() {
+    let locker = Locker::memory();
+    let election = locker.election(ROLE, TTL);
+    let (entered_tx, entered) = tokio::sync::oneshot::channel();
+    let mut entered_tx = Some(entered_tx);
+    let run = tokio::spawn(async move {
+        election
+            .run(|_term| {
+                if let Some(entered) = entered_tx.take() {
+                    let _ = entered.send(());
+                }
+                std::future::pending::<Result<(), Infallible>>()
+            })
+            .await
+    });
+    entered.await.expect("the body was not entered");
+    let report = locker.shutdown().await;
+    println!("{report:?}");
+    let ended = tokio::time::timeout(PROMPTLY, run)
+        .await
+        .expect("run went on after the shutdown")
+        .unwrap();
+    assert!(
+        matches!(&ended, Err(LockError::ShutDown { key }) if key == ROLE),
+        "{ended:?}"
+    );
 }
