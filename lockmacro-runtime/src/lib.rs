@@ -573,12 +573,12 @@ pub use crate::backend::ClusterBackend;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use crate::backend::{EtcdBackend, EtcdConfig};
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use crate::backend::{POSTGRES_MIGRATION, PostgresBackend, PostgresConfig};
 pub use crate::backend::{
     MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, SentinelBackend,
 };
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use crate::backend::{POSTGRES_MIGRATION, PostgresBackend, PostgresConfig};
 pub use crate::election::{Election, Leadership, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};

@@ -475,7 +475,10 @@ impl Fixture {
             #[cfg(feature = "etcd")]
             Under::Etcd(_) => {}
             #[cfg(feature = "postgres")]
-            Under::Postgres(db) => db.set_fence_counter(key, value.parse().expect("a number")).await,
+            Under::Postgres(db) => {
+                db.set_fence_counter(key, value.parse().expect("a number"))
+                    .await
+            }
         }
     }
 
@@ -635,9 +638,9 @@ impl Fixture {
                 cluster.fail(format_args!("{what}: unexpected error: {err:?}"))
             }
             #[cfg(feature = "postgres")]
-            (Under::Postgres(db), Err(err)) => {
-                db.server().fail(format_args!("{what}: unexpected error: {err:?}"))
-            }
+            (Under::Postgres(db), Err(err)) => db
+                .server()
+                .fail(format_args!("{what}: unexpected error: {err:?}")),
             (Under::Sentinel(deployment), Err(err)) => {
                 deployment.fail(format_args!("{what}: unexpected error: {err:?}"))
             }

@@ -85,10 +85,9 @@ impl Kind {
             Kind::Memory => matches!(capability, FairQueue | Shares | SeveralSlots | ShortLeases),
             Kind::Outside => matches!(capability, FairQueue | SeveralSlots | ShortLeases),
             Kind::Etcd => matches!(capability, FairQueue | SeveralSlots | Servers),
-            Kind::Postgres => matches!(
-                capability,
-                FairQueue | SeveralSlots | ShortLeases | Servers
-            ),
+            Kind::Postgres => {
+                matches!(capability, FairQueue | SeveralSlots | ShortLeases | Servers)
+            }
         }
     }
 
@@ -363,7 +362,9 @@ mod tests {
                 listed!($kind, Replicas);
             )*};
         }
-        every_capability!(Redis, Cluster, Redlock, Sentinel, Memory, Outside, Etcd, Postgres);
+        every_capability!(
+            Redis, Cluster, Redlock, Sentinel, Memory, Outside, Etcd, Postgres
+        );
         assert_eq!(Kind::ALL.len(), 8, "a kind is missing above");
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::postgres::{as_server_user, hand_over};
+use super::postgres::{PASSWORD, as_server_user, hand_over};
 use super::redis::{free_ports, spawn};
 
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,7 +39,7 @@ impl PgBouncer {
         let port = free_ports(1)[0];
         let config = format!(
             "[databases]\n\
-             * = host=127.0.0.1 port={server_port} user=postgres\n\
+             * = host=127.0.0.1 port={server_port} user=postgres password={PASSWORD}\n\
              [pgbouncer]\n\
              listen_addr = 127.0.0.1\n\
              listen_port = {port}\n\
@@ -61,7 +61,8 @@ impl PgBouncer {
             .stdout(Stdio::null())
             .stderr(File::create(dir.path().join("stderr.log")).expect("cannot create a log"));
         as_server_user(&mut command);
-        let child = spawn(command).expect("cannot start /usr/sbin/pgbouncer: run scripts/install-deps");
+        let child =
+            spawn(command).expect("cannot start /usr/sbin/pgbouncer: run scripts/install-deps");
         let bouncer = PgBouncer {
             port,
             process: Mutex::new(Some(child)),
@@ -70,7 +71,10 @@ impl PgBouncer {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline {
-                panic!("pgbouncer did not listen within {STARTUP_TIMEOUT:?}\n{}", bouncer.log());
+                panic!(
+                    "pgbouncer did not listen within {STARTUP_TIMEOUT:?}\n{}",
+                    bouncer.log()
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }

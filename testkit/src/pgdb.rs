@@ -50,7 +50,9 @@ impl PostgresDb {
     async fn connection(&self) -> PgConnection {
         match PgConnection::connect(&self.url()).await {
             Ok(connection) => connection,
-            Err(err) => self.server.fail(format_args!("connect to {}: {err}", self.name)),
+            Err(err) => self
+                .server
+                .fail(format_args!("connect to {}: {err}", self.name)),
         }
     }
 

@@ -5,9 +5,10 @@
 //!
 //! PostgreSQL refuses to run as root: as root, the kit runs `initdb` and
 //! `postgres` as the `postgres` user (which the package creates), owning the
-//! temporary directory. The server runs in a process group of its own, so
-//! that [`PostgresServer::pause`] freezes every backend process, not only
-//! the postmaster. It is killed on drop and dies with the test process.
+//! temporary directory. Each backend process calls `setsid()`, so signals go
+//! to the postmaster and to each of its children by pid: that is how
+//! [`PostgresServer::pause`] freezes every one of them. The server is killed
+//! on drop and dies with the test process.
 
 use std::fmt::Display;
 use std::fs::{self, File};
@@ -26,6 +27,9 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 const START_ATTEMPTS: u32 = 5;
+
+/// The password of the superuser `postgres`.
+pub const PASSWORD: &str = "postgres";
 
 /// One `postgres` server (the postmaster and its backends).
 pub struct PostgresServer {
@@ -79,14 +83,12 @@ pub(crate) fn server_user() -> Option<(u32, u32)> {
     ))
 }
 
-/// `command` as the server user, in a process group of its own, killed
-/// with the test process.
+/// `command` as the server user, killed with the test process.
 pub(crate) fn as_server_user(command: &mut Command) {
     if let Some((uid, gid)) = server_user() {
         command.uid(uid).gid(gid);
     }
     let parent = process::id();
-    command.process_group(0);
     // SAFETY: `die_with_parent` makes only async-signal-safe system calls.
     unsafe {
         command.pre_exec(move || die_with_parent(parent));
@@ -100,7 +102,13 @@ pub(crate) fn hand_over(path: &Path) {
             .expect("a path without NUL");
         // SAFETY: a valid C string and plain integers.
         let owned = unsafe { libc::chown(c_path.as_ptr(), uid, gid) };
-        assert_eq!(owned, 0, "cannot chown {}: {}", path.display(), std::io::Error::last_os_error());
+        assert_eq!(
+            owned,
+            0,
+            "cannot chown {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -113,13 +121,28 @@ impl PostgresServer {
             .tempdir()
             .expect("cannot create a temporary directory for PostgreSQL");
         hand_over(dir.path());
+        let password = dir.path().join("password");
+        fs::write(&password, PASSWORD).expect("cannot write the password file");
+        hand_over(&password);
         let mut init = Command::new(bin("initdb"));
         init.arg("-D")
             .arg(dir.path().join("data"))
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"])
+            .args([
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ])
+            // Passwords over TCP, so that wrong credentials are refused.
+            .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+            .arg(format!("--pwfile={}", password.display()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(File::create(dir.path().join("initdb.log")).expect("cannot create the initdb log"));
+            .stderr(
+                File::create(dir.path().join("initdb.log")).expect("cannot create the initdb log"),
+            );
         as_server_user(&mut init);
         let status = init.status().expect("cannot run initdb");
         let mut attempts = 0;
@@ -155,8 +178,15 @@ impl PostgresServer {
             .args(["-p", &self.port.to_string()])
             .args(["-c", "listen_addresses=127.0.0.1"])
             .arg("-c")
-            .arg(format!("unix_socket_directories={}", self.dir.path().display()))
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+            .arg(format!(
+                "unix_socket_directories={}",
+                self.dir.path().display()
+            ))
+            // No fsync: a crash of the server's processes (a test's kill)
+            // keeps what the kernel was given; only a crash of the machine
+            // would not. Commits still wait for their WAL to reach the
+            // kernel, so a restart keeps every commit a client saw.
+            .args(["-c", "fsync=off"])
             .args(["-c", "full_page_writes=off", "-c", "max_connections=400"])
             .args(["-c", "shared_buffers=32MB"])
             .stdin(Stdio::null())
@@ -168,7 +198,15 @@ impl PostgresServer {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             let ready = Command::new(bin("pg_isready"))
-                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-q"])
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &self.port.to_string(),
+                    "-U",
+                    "postgres",
+                    "-q",
+                ])
                 .status()
                 .is_ok_and(|status| status.success());
             if ready {
@@ -196,7 +234,10 @@ impl PostgresServer {
 
     /// The URL of database `db` as the superuser `postgres`.
     pub fn url(&self, db: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+        format!(
+            "postgres://postgres:{PASSWORD}@127.0.0.1:{}/{db}",
+            self.port
+        )
     }
 
     /// A new, empty database; returns its name.
@@ -204,7 +245,8 @@ impl PostgresServer {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static NEXT: AtomicUsize = AtomicUsize::new(1);
         let name = format!("t{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        self.execute("postgres", &format!("CREATE DATABASE {name}")).await;
+        self.execute("postgres", &format!("CREATE DATABASE {name}"))
+            .await;
         name
     }
 
@@ -232,13 +274,16 @@ impl PostgresServer {
         let Some(mut child) = process.take() else {
             return;
         };
-        self.signal_group(child.id(), libc::SIGKILL);
+        let backends = children(child.id());
+        signal_all(child.id(), &backends, libc::SIGKILL);
         let _ = child.wait();
-        // Backends may outlive the postmaster for a moment: wait until the
-        // group is empty, so that the port and data directory are free.
+        // Backends may outlive the postmaster for a moment: wait until they
+        // are gone, so that the port and data directory are free.
         let deadline = Instant::now() + SIGNAL_TIMEOUT;
-        // SAFETY: signal 0 only checks that the group exists.
-        while unsafe { libc::kill(-(child.id() as libc::pid_t), 0) } == 0 {
+        while backends
+            .iter()
+            .any(|pid| Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(*pid))
+        {
             if Instant::now() > deadline {
                 self.fail("the server's processes did not exit after SIGKILL");
             }
@@ -260,13 +305,17 @@ impl PostgresServer {
     /// open, nothing is answered.
     #[track_caller]
     pub fn pause(&self) {
-        self.signal_group(self.pid(), libc::SIGSTOP);
+        let postmaster = self.pid();
+        // The postmaster first: it starts no backend once stopped.
+        signal_all(postmaster, &[], libc::SIGSTOP);
+        signal_all(postmaster, &children(postmaster), libc::SIGSTOP);
     }
 
     /// Undoes [`pause`](Self::pause).
     #[track_caller]
     pub fn resume(&self) {
-        self.signal_group(self.pid(), libc::SIGCONT);
+        let postmaster = self.pid();
+        signal_all(postmaster, &children(postmaster), libc::SIGCONT);
     }
 
     fn pid(&self) -> u32 {
@@ -274,18 +323,6 @@ impl PostgresServer {
         match process.as_ref() {
             Some(child) => child.id(),
             None => self.fail("the server is not running"),
-        }
-    }
-
-    #[track_caller]
-    fn signal_group(&self, pid: u32, signal: libc::c_int) {
-        // SAFETY: the group of a child of this process, which is not reaped
-        // yet, so its id cannot have been reused.
-        if unsafe { libc::kill(-(pid as libc::pid_t), signal) } == -1 {
-            self.fail(format_args!(
-                "cannot signal the server: {}",
-                std::io::Error::last_os_error()
-            ));
         }
     }
 
@@ -310,12 +347,46 @@ impl Drop for PostgresServer {
     fn drop(&mut self) {
         let process = self.process.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(mut child) = process.take() {
-            // SAFETY: as in `signal_group`.
-            unsafe {
-                libc::kill(-(child.id() as libc::pid_t), libc::SIGCONT);
-                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
-            }
+            let backends = children(child.id());
+            signal_all(child.id(), &backends, libc::SIGCONT);
+            signal_all(child.id(), &backends, libc::SIGKILL);
             let _ = child.wait();
+        }
+    }
+}
+
+/// The processes whose parent is `parent`, from `/proc`.
+fn children(parent: u32) -> Vec<u32> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| stat_field(*pid, 1).and_then(|ppid| ppid.parse().ok()) == Some(parent))
+        .collect()
+}
+
+/// Field `index` after the command name of `/proc/<pid>/stat` (0: the
+/// state, 1: the parent's pid).
+fn stat_field(pid: u32, index: usize) -> Option<String> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split(' ').nth(index).map(str::to_owned)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    stat_field(pid, 0).is_none_or(|state| state == "Z" || state == "X")
+}
+
+/// `signal` to the postmaster `postmaster` and to `backends`. A backend
+/// that exited meanwhile is no error.
+fn signal_all(postmaster: u32, backends: &[u32], signal: libc::c_int) {
+    for pid in std::iter::once(postmaster).chain(backends.iter().copied()) {
+        // SAFETY: a plain system call. The postmaster is an unreaped child
+        // of this process; a backend's pid could only be reused after it
+        // exited, within the moment since `/proc` was read.
+        unsafe {
+            libc::kill(pid as libc::pid_t, signal);
         }
     }
 }

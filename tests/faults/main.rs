@@ -18,5 +18,7 @@ mod lease;
 mod network;
 mod pause;
 mod permits;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod process;
 mod restart;

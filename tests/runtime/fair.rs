@@ -99,8 +99,9 @@ async fn join(
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            db.server()
-                .fail(format_args!("the queue of `{key}` never held {place} waiters"))
+            db.server().fail(format_args!(
+                "the queue of `{key}` never held {place} waiters"
+            ))
         }
         Kind::Memory | Kind::Outside => {
             // These backends answer at once: one poll takes the

@@ -12,7 +12,10 @@ use crate::backend::{AcquireRequest, Acquired};
 use crate::error::{BackendError, BackendErrorKind};
 
 impl PostgresBackend {
-    pub(super) async fn acquire_keys(&self, req: &AcquireRequest<'_>) -> Result<Acquired, LockError> {
+    pub(super) async fn acquire_keys(
+        &self,
+        req: &AcquireRequest<'_>,
+    ) -> Result<Acquired, LockError> {
         let what = format!("obtain `{}`", req.keys.join("`, `"));
         if req.share.is_some() || req.replicas > 0 {
             return Err(BackendError::new(

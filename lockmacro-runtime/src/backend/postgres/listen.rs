@@ -40,7 +40,9 @@ impl Inner {
     fn keys(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
         // Every change is one map operation: a panic cannot leave it
         // half-written.
-        self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.keys
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -90,8 +92,14 @@ impl Releases {
     }
 
     fn start(&self) {
-        let mut task = self.task.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if task.as_ref().is_none_or(tokio::task::JoinHandle::is_finished) {
+        let mut task = self
+            .task
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if task
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
             *task = Some(tokio::spawn(listen_forever(self.inner.clone())));
         }
     }

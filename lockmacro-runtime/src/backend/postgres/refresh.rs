@@ -90,7 +90,9 @@ impl PostgresBackend {
             text(token),
         );
         let rows = self.rows(&what, sql).await?;
-        let row = rows.first().ok_or_else(|| self.unexpected(&what, "no row"))?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.unexpected(&what, "no row"))?;
         let held: i64 = row.try_get(0).map_err(|err| self.unexpected(&what, err))?;
         let left: Option<i64> = row.try_get(1).map_err(|err| self.unexpected(&what, err))?;
         if usize::try_from(held).ok() != Some(keys.len()) {
@@ -101,7 +103,11 @@ impl PostgresBackend {
             .map(Duration::from_millis))
     }
 
-    pub(super) async fn release_keys(&self, keys: &[String], token: &str) -> Result<bool, LockError> {
+    pub(super) async fn release_keys(
+        &self,
+        keys: &[String],
+        token: &str,
+    ) -> Result<bool, LockError> {
         if token.len() != TOKEN_LEN {
             return Ok(false);
         }
@@ -112,7 +118,9 @@ impl PostgresBackend {
             text(token),
         );
         let rows = self.rows(&what, sql).await?;
-        let row = rows.first().ok_or_else(|| self.unexpected(&what, "no row"))?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.unexpected(&what, "no row"))?;
         row.try_get::<bool, _>(0)
             .map_err(|err| self.unexpected(&what, err))
     }

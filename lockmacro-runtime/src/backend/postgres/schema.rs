@@ -19,7 +19,8 @@ use crate::error::{BackendError, BackendErrorKind};
 ///
 /// assert!(POSTGRES_MIGRATION.contains("CREATE TABLE IF NOT EXISTS lockmacro_locks"));
 /// ```
-pub const POSTGRES_MIGRATION: &str = include_str!("../../../migrations/postgres/0001_lockmacro.sql");
+pub const POSTGRES_MIGRATION: &str =
+    include_str!("../../../migrations/postgres/0001_lockmacro.sql");
 
 /// Taken while the migration runs, so that backends starting together do
 /// not create the same functions at once (which PostgreSQL refuses with
@@ -38,7 +39,9 @@ impl PostgresBackend {
                     .to_owned(),
             )
             .await?;
-        let present: Option<i32> = present.first().and_then(|row| sqlx::Row::try_get(row, 0).ok());
+        let present: Option<i32> = present
+            .first()
+            .and_then(|row| sqlx::Row::try_get(row, 0).ok());
         if present == Some(1) {
             return Ok(());
         }
