@@ -20,5 +20,7 @@ mod pause;
 mod permits;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_network;
 mod process;
 mod restart;
