@@ -24,6 +24,14 @@ impl PostgresDb {
         PostgresDb { server, name }
     }
 
+    /// The database `name` on `server`, as it is (no migration run).
+    pub fn existing(server: Arc<PostgresServer>, name: &str) -> Self {
+        PostgresDb {
+            server,
+            name: name.to_owned(),
+        }
+    }
+
     /// The server.
     pub fn server(&self) -> &PostgresServer {
         &self.server

@@ -7,6 +7,10 @@ mod cluster;
 mod cluster_failover;
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "postgres")]
+mod pgbouncer;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod redlock;
 mod replicas;
 mod sentinel;
