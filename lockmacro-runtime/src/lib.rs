@@ -99,6 +99,7 @@
 //! | `cluster` | Redis Cluster: `Locker::cluster`, `ClusterBackend` | off |
 //! | `metrics` | counters, histograms and a gauge through the `metrics` facade (see [Metrics](#metrics)) | off |
 //! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend` (its build needs `protoc`) | off |
+//! | `postgres` | a PostgreSQL backend on sqlx: `Locker::postgres`, `Locker::postgres_pool`, `PostgresBackend` | off |
 //!
 //! ## Backends
 //!
@@ -121,6 +122,18 @@
 //!   tokens" below. Leases are whole seconds on etcd (a shorter ttl is
 //!   rounded up on the server, and still trusted locally only for the ttl
 //!   asked for). Its build needs `protoc`.
+//! - `Locker::postgres(url)` and `Locker::postgres_pool(pool)` (the
+//!   service's own sqlx `PgPool`): a PostgreSQL database
+//!   (`PostgresBackend`), with the `postgres` feature. A lock is a row whose
+//!   expiry the server sets from its own clock, so a restart keeps it and
+//!   nothing depends on holding a session: it works through PgBouncer in
+//!   transaction mode. Fencing tokens come from a per-key counter committed
+//!   with the lock, and never go backwards; waiters are woken by
+//!   `LISTEN`/`NOTIFY`; fair waiters are served in arrival order; no
+//!   permits or read-write locks. The backend creates its tables when they
+//!   are missing; a user who may not create tables runs the migration
+//!   `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql` (also
+//!   `POSTGRES_MIGRATION`) first, as the error says.
 //! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
 //! - [`Locker::new`]: any [`Backend`](backend::Backend) of your own.
 //!
@@ -476,7 +489,8 @@
 //! the value still starts with the token.
 //!
 //! On etcd, the lock key holds the same value, attached to a lease of its
-//! own; see `EtcdBackend` for the layout.
+//! own; see `EtcdBackend` for the layout. On PostgreSQL, it is a row of the
+//! table `lockmacro_locks`; see `PostgresBackend`.
 //!
 //! ## TLS and Redis users
 //!
