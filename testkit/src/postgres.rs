@@ -135,7 +135,6 @@ impl PostgresServer {
                 "--no-sync",
                 "--no-instructions",
             ])
-            // Passwords over TCP, so that wrong credentials are refused.
             .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
             .arg(format!("--pwfile={}", password.display()))
             .stdin(Stdio::null())
@@ -154,6 +153,17 @@ impl PostgresServer {
         if !status.success() {
             server.fail(format_args!("initdb failed: {status}"));
         }
+        // The superuser is trusted over TCP: a password exchange (SCRAM's
+        // key stretching, slow in a debug build) would take a good part of a
+        // short ttl each time a pool opens a connection. Other users give
+        // their password, so that wrong credentials are refused.
+        let hba = server.dir.path().join("data").join("pg_hba.conf");
+        let rules = fs::read_to_string(&hba).expect("cannot read pg_hba.conf");
+        fs::write(
+            &hba,
+            format!("host all postgres 127.0.0.1/32 trust\n{rules}"),
+        )
+        .expect("cannot write pg_hba.conf");
         loop {
             attempts += 1;
             server.port = free_ports(1)[0];

@@ -55,7 +55,12 @@ async fn an_unreachable_server_fails_within_the_connect_timeout() {
 async fn wrong_credentials_are_an_authentication_error() {
     let fx = Fixture::own_postgres().await;
     let db = fx.postgres_db().unwrap();
-    let url = db.url().replacen(":postgres@", ":wrong@", 1);
+    db.execute("CREATE ROLE app LOGIN PASSWORD 'right'").await;
+    let url = format!(
+        "postgres://app:wrong@127.0.0.1:{}/{}",
+        db.server().port(),
+        db.name()
+    );
     let (kind, message) = backend_error(connect(&url, PostgresConfig::default()).await);
     assert_eq!(kind, BackendErrorKind::Authentication, "{message}");
     assert!(!message.contains("wrong"), "the password leaked: {message}");

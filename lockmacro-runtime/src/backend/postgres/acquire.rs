@@ -26,6 +26,15 @@ impl PostgresBackend {
             )
             .into());
         }
+        if req.value.contains('\0') || req.keys.iter().any(|key| key.contains('\0')) {
+            return Err(BackendError::new(
+                BackendErrorKind::Unsupported,
+                format!("postgres {}: {what}", self.server),
+                "PostgreSQL's text cannot hold a NUL character: remove it from the key or \
+                 the metadata",
+            )
+            .into());
+        }
         let ttl = millis(req.ttl);
         let fence = text_or_null(req.fence_key);
         let sql = match (req.queue_for, req.keys) {

@@ -21,7 +21,7 @@ impl PostgresBackend {
         let (mut keys, mut tokens, mut ttls, mut leases) = (vec![], vec![], vec![], vec![]);
         for (lease, req) in requests.iter().enumerate() {
             // A string that is not a token can own nothing.
-            if req.token.len() != TOKEN_LEN {
+            if !storable(req.keys, req.token) {
                 continue;
             }
             for key in req.keys {
@@ -78,7 +78,7 @@ impl PostgresBackend {
         keys: &[String],
         token: &str,
     ) -> Result<Option<Duration>, LockError> {
-        if token.len() != TOKEN_LEN {
+        if !storable(keys, token) {
             return Ok(None);
         }
         let what = format!("ttl of `{}`", keys.join("`, `"));
@@ -108,7 +108,7 @@ impl PostgresBackend {
         keys: &[String],
         token: &str,
     ) -> Result<bool, LockError> {
-        if token.len() != TOKEN_LEN {
+        if !storable(keys, token) {
             return Ok(false);
         }
         let what = format!("release `{}`", keys.join("`, `"));
@@ -124,4 +124,11 @@ impl PostgresBackend {
         row.try_get::<bool, _>(0)
             .map_err(|err| self.unexpected(&what, err))
     }
+}
+
+/// Whether `token` can be a lock's token and `keys` can be in the table: a
+/// token is [`TOKEN_LEN`] bytes, and PostgreSQL's text holds no NUL (a
+/// statement carrying one would be cut short on the wire).
+fn storable(keys: &[String], token: &str) -> bool {
+    token.len() == TOKEN_LEN && !token.contains('\0') && !keys.iter().any(|key| key.contains('\0'))
 }
