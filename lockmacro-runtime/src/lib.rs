@@ -259,7 +259,11 @@
 //!   feature), waiters queue under `<key>/queue/<token>` in the order of
 //!   their entries' create revisions; the release only deletes the key, and
 //!   the first waiter, woken by its watch, takes it with one more round
-//!   trip. A fair obtain takes one key.
+//!   trip. On PostgreSQL (the `postgres` feature) the same: waiters queue in
+//!   the table `lockmacro_queue` in arrival order, a release notifies them,
+//!   and the first in line takes the key; a waiter's entry lapses at the end
+//!   of its wait, and one that dies costs the others nothing more. A fair
+//!   obtain takes one key.
 //!
 //! ## Semaphores
 //!
