@@ -261,9 +261,10 @@
 //!   the first waiter, woken by its watch, takes it with one more round
 //!   trip. On PostgreSQL (the `postgres` feature) the same: waiters queue in
 //!   the table `lockmacro_queue` in arrival order, a release notifies them,
-//!   and the first in line takes the key; a waiter's entry lapses at the end
-//!   of its wait, and one that dies costs the others nothing more. A fair
-//!   obtain takes one key.
+//!   and the first in line takes the key. A waiter's entry lapses at the end
+//!   of its wait: one whose process dies while first in line keeps the key
+//!   from everyone (ordinary obtains too) until then, so keep fair waits
+//!   short there. A fair obtain takes one key.
 //!
 //! ## Semaphores
 //!
