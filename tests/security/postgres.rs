@@ -39,9 +39,9 @@ async fn hostile_keys_and_metadata_are_stored_as_given_and_never_run() {
         assert!(!fx.is_held(&key).await, "{key:?} left held");
     }
     let tables = "SELECT count(*)::text FROM pg_class WHERE relname IN \
-                  ('lockmacro_locks', 'lockmacro_fences', 'lockmacro_queue')";
+                  ('lockmacro_locks', 'lockmacro_fences', 'lockmacro_queue', 'lockmacro_given_back')";
     let db = fx.postgres_db().unwrap();
-    assert_eq!(db.column(tables).await, [Some("3".to_owned())]);
+    assert_eq!(db.column(tables).await, [Some("4".to_owned())]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

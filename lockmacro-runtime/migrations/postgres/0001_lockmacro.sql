@@ -3,7 +3,7 @@
 -- The backend runs this file itself when its tables are missing. Run it
 -- yourself (psql, sqlx migrate, refinery, ...) when the backend's user may
 -- not create tables, then grant that user SELECT, INSERT, UPDATE and DELETE
--- on the three tables and EXECUTE on the functions. Running it again changes
+-- on the four tables and EXECUTE on the functions. Running it again changes
 -- nothing.
 --
 -- Every expiry is set and compared on the server's clock
@@ -35,6 +35,15 @@ CREATE TABLE IF NOT EXISTS lockmacro_queue (
     PRIMARY KEY (key, token)
 );
 CREATE INDEX IF NOT EXISTS lockmacro_queue_line ON lockmacro_queue (key, seq);
+
+-- Tokens given back while they held nothing: an acquire sent with one of
+-- them (cancelled by its caller, its statement still on its way or waiting
+-- its turn) must not take the keys after the give-back. Kept a minute.
+CREATE TABLE IF NOT EXISTS lockmacro_given_back (
+    token      text        PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lockmacro_given_back_expiry ON lockmacro_given_back (expires_at);
 
 -- Milliseconds left in an interval, rounded up, never negative.
 CREATE OR REPLACE FUNCTION lockmacro_ms(left_over interval) RETURNS bigint
@@ -71,6 +80,17 @@ LANGUAGE sql AS $$
     SELECT pg_advisory_xact_lock(1819239275, hashtext(lock_key))
 $$;
 
+-- Whether the token of `lock_value` was given back (see
+-- `lockmacro_given_back`): its acquire is then refused as busy.
+CREATE OR REPLACE FUNCTION lockmacro_was_given_back(lock_value text, now_ timestamptz)
+RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM lockmacro_given_back g
+            WHERE g.token = left(lock_value, 32) AND g.expires_at > now_
+    )
+$$;
+
 -- Takes every key of `lock_keys` (sorted) for `ttl_ms`, or none of them.
 -- Returns one row: `busy` (the index of a key held by someone else or with
 -- fair waiters queued, NULL when taken), the milliseconds left of what
@@ -91,6 +111,10 @@ BEGIN
         PERFORM lockmacro_guard(lock_key);
     END LOOP;
     now_ := clock_timestamp();
+    IF lockmacro_was_given_back(lock_value, now_) THEN
+        RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
     FOREACH lock_key IN ARRAY lock_keys LOOP
         SELECT l.value, l.expires_at INTO held
             FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
@@ -137,6 +161,10 @@ DECLARE
 BEGIN
     PERFORM lockmacro_guard(lock_key);
     now_ := clock_timestamp();
+    IF lockmacro_was_given_back(lock_value, now_) THEN
+        RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
     SELECT l.value, l.expires_at INTO held
         FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
     IF FOUND AND held.value = lock_value THEN
@@ -193,12 +221,27 @@ $$;
 
 -- Deletes the keys that `token` holds and its places in their queues, and
 -- tells the waiters (channel `lockmacro_release`, the key as payload).
--- Returns whether every key was still held by `token`.
+-- Waits for acquires of the keys in progress, and when `token` held none
+-- of them, remembers it as given back. Returns whether every key was still
+-- held by `token`.
 CREATE OR REPLACE FUNCTION lockmacro_release(lock_keys text[], owner text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     live integer;
+    deleted integer;
+    lock_key text;
 BEGIN
+    FOREACH lock_key IN ARRAY lock_keys LOOP
+        PERFORM lockmacro_guard(lock_key);
+    END LOOP;
+    SELECT count(*) INTO deleted FROM lockmacro_locks l
+        WHERE l.key = ANY (lock_keys) AND l.token = owner;
+    IF deleted = 0 THEN
+        DELETE FROM lockmacro_given_back g WHERE g.expires_at <= clock_timestamp();
+        INSERT INTO lockmacro_given_back (token, expires_at)
+            VALUES (owner, clock_timestamp() + interval '1 minute')
+            ON CONFLICT (token) DO UPDATE SET expires_at = excluded.expires_at;
+    END IF;
     WITH gone AS (
         DELETE FROM lockmacro_locks l WHERE l.key = ANY (lock_keys) AND l.token = owner
             RETURNING l.key, l.expires_at > clock_timestamp() AS alive

@@ -8,6 +8,7 @@
 //! | `lockmacro_locks` | key, token, value (token then metadata), `expires_at` | acquire (upsert over a free or expired row), refresh, release (delete by token) |
 //! | `lockmacro_fences` | fence key, last token minted | acquire with a fence, in the same transaction |
 //! | `lockmacro_queue` | key, fair waiter's token, arrival `seq`, `expires_at` | a fair attempt that found the key taken; its release or give-up deletes it |
+//! | `lockmacro_given_back` | a token released while it held nothing, for a minute | release; an acquire with that token (cancelled, still on its way) is refused |
 //!
 //! Each operation is one statement calling a function of the migration
 //! ([`POSTGRES_MIGRATION`]), sent as a simple query: no session state, no
