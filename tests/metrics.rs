@@ -2,12 +2,15 @@
 //! release, a lease lost to `max_hold` and one lost while Redis is frozen,
 //! read back through a recorder from `metrics-util`.
 //!
-//! One test in its own binary: the recorder is process-wide.
+//! The scripted sequence reads a process-wide recorder; the outage test
+//! runs on one thread with a recorder of that thread's own, which takes
+//! precedence there, so the two do not see each other's figures.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use lockmacro_runtime::{Locker, ObtainOptions, RedisBackend, RedisConfig};
+use metrics_util::CompositeKey;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 use lockmacro_testkit::RedisServer;
@@ -138,6 +141,7 @@ async fn a_scripted_sequence_is_counted() {
     drop(guard);
     assert_eq!(recorded.get("lockmacro_lost_total"), lost + 1.0);
     assert!(recorded.get("lockmacro_refresh_failures_total") >= 1.0);
+    assert!(recorded.get("lockmacro_backend_errors_total") >= 1.0);
     assert_eq!(recorded.get("lockmacro_obtained_total"), 23.0);
 
     // The other namespace's obtain and busy are apart.
@@ -148,4 +152,103 @@ async fn a_scripted_sequence_is_counted() {
     );
     server.expect_ok(lock.release().await, "release");
     assert_eq!(recorded.get("lockmacro_obtained_total"), 23.0);
+}
+
+/// The counter `lockmacro_backend_errors_total` for `op` and `kind` in one
+/// snapshot.
+fn backend_errors(snapshot: &[(CompositeKey, DebugValue)], op: &str, kind: &str) -> u64 {
+    snapshot
+        .iter()
+        .filter(|(key, _)| {
+            let key = key.key();
+            let has = |name: &str, value: &str| {
+                key.labels()
+                    .any(|label| label.key() == name && label.value() == value)
+            };
+            key.name() == "lockmacro_backend_errors_total"
+                && has("op", op)
+                && has("kind", kind)
+                && has("namespace", "outage")
+        })
+        .map(|(_, value)| match value {
+            DebugValue::Counter(n) => *n,
+            other => panic!("a counter, not {other:?}"),
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn obtains_refreshes_and_releases_that_fail_during_an_outage_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // Every call below runs on this thread, so this recorder hears it all.
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut server = RedisServer::start();
+    let config = RedisConfig::default()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300));
+    let locker = Locker::new(server.expect_ok(
+        RedisBackend::connect_with(&server.url(), config).await,
+        "connect",
+    ))
+    .with_namespace("outage");
+    let ttl = Duration::from_secs(30);
+    let refreshed = server.expect_ok(
+        locker.obtain("refreshed", ttl, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let released = server.expect_ok(
+        locker.obtain("released", ttl, ObtainOptions::new()).await,
+        "obtain",
+    );
+
+    server.stop();
+    for n in 0..3 {
+        let err = locker
+            .obtain(&format!("campaign:{n}"), ttl, ObtainOptions::new())
+            .await
+            .expect_err("an obtain while the server is down");
+        assert!(err.is_transient(), "{err}");
+    }
+    let err = refreshed.refresh(ttl).await.expect_err("a refresh");
+    assert!(err.is_transient(), "{err}");
+    let err = released.release().await.expect_err("a release");
+    assert!(err.is_transient(), "{err}");
+
+    let snapshot: Vec<(CompositeKey, DebugValue)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| (key, value))
+        .collect();
+    assert_eq!(backend_errors(&snapshot, "obtain", "unreachable"), 3);
+    assert_eq!(backend_errors(&snapshot, "refresh", "unreachable"), 1);
+    assert_eq!(backend_errors(&snapshot, "release", "unreachable"), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn every_metric_has_a_description() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let locker = Locker::memory();
+    let lock = locker
+        .obtain("described", Duration::from_secs(5), ObtainOptions::new())
+        .await
+        .unwrap();
+    let busy = locker
+        .obtain("described", Duration::from_secs(5), ObtainOptions::new())
+        .await;
+    assert!(busy.is_err_and(|err| err.is_not_obtained()));
+    lock.release().await.unwrap();
+
+    let snapshot = snapshotter.snapshot().into_vec();
+    assert!(snapshot.len() >= 6, "{snapshot:?}");
+    for (key, _, description, _) in snapshot {
+        let name = key.key().name();
+        assert!(
+            description.is_some_and(|text| !text.is_empty()),
+            "{name} has no description"
+        );
+    }
 }

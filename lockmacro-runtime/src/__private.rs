@@ -78,10 +78,13 @@ where
 
 fn skipped(err: &LockError) {
     match err {
-        LockError::NotObtained { key } => {
-            tracing::debug!(target: "lockmacro", key = %key, "skipped: held by someone else");
+        LockError::NotObtained { key, namespace } => {
+            tracing::debug!(target: "lockmacro", key = %key, namespace = %namespace, "skipped: held by someone else");
         }
-        err => tracing::error!(target: "lockmacro", error = %err, "skipped: {err}"),
+        // The error says which lock and why; the message only what was done.
+        err => {
+            tracing::error!(target: "lockmacro", error = %err, "skipped: the lock could not be taken")
+        }
     }
 }
 

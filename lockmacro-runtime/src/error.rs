@@ -2,41 +2,63 @@ use std::time::Duration;
 
 /// Everything that can go wrong when taking, keeping or giving back a lock.
 ///
-/// Messages name the key, never the token. The enum is `#[non_exhaustive]`:
-/// match the variants you handle and keep a `_` arm.
+/// Messages name the key, never the token: the key as the caller gave it,
+/// with the locker's namespace beside it when it has one
+/// (`` lock `customer:42` (namespace `shop`) is held by someone else ``),
+/// in every error about a lock, backend errors included; the variants carry
+/// both. The enum is `#[non_exhaustive]`: match the variants you handle and
+/// keep a `_` arm.
 ///
 /// ```
 /// use lockmacro_runtime::LockError;
 ///
-/// let err = LockError::NotObtained { key: "user:42".into() };
+/// let err = LockError::NotObtained { key: "user:42".into(), namespace: String::new() };
 /// assert_eq!(err.to_string(), "lock `user:42` is held by someone else");
 /// assert!(err.is_not_obtained());
+///
+/// let err = LockError::NotObtained { key: "customer:42".into(), namespace: "shop".into() };
+/// assert_eq!(
+///     err.to_string(),
+///     "lock `customer:42` (namespace `shop`) is held by someone else"
+/// );
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
     /// Another owner holds the key (after waiting as long as the retry
     /// strategy allows).
-    #[error("lock `{key}` is held by someone else")]
+    #[error("lock {} is held by someone else", described_key(key, namespace))]
     NotObtained {
-        /// The key that could not be taken.
+        /// The key that could not be taken, as the caller gave it.
         key: String,
+        /// The locker's namespace (empty without one).
+        namespace: String,
     },
 
     /// The lock is no longer ours: it expired, was taken over, or its value was
     /// overwritten. Nothing was changed on the backend.
-    #[error("lock `{key}` is no longer held by this owner (expired or taken over)")]
+    #[error(
+        "lock {} is no longer held by this owner (expired or taken over)",
+        described_key(key, namespace)
+    )]
     NotHeld {
-        /// The key that is no longer held.
+        /// The key that is no longer held, as the caller gave it.
         key: String,
+        /// The locker's namespace (empty without one).
+        namespace: String,
     },
 
     /// The lease was lost while the protected code ran: the watchdog could not
     /// confirm a refresh before the lease's local deadline.
-    #[error("lease on lock `{key}` was lost while the protected code ran")]
+    #[error(
+        "lease on lock {} was lost while the protected code ran",
+        described_key(key, namespace)
+    )]
     Lost {
-        /// The key whose lease was lost.
+        /// The key whose lease was lost, as the caller gave it.
         key: String,
+        /// The locker's namespace (empty without one).
+        namespace: String,
     },
 
     /// `#[distributed_lock]` without `locker = …` found no global locker.
@@ -88,12 +110,15 @@ pub enum LockError {
     /// left to expire with its ttl). Retrying helps once the replicas are
     /// back in sync.
     #[error(
-        "lock `{key}` was released: {acknowledged} of the {wanted} replica(s) asked for \
-         acknowledged it within {timeout:?}"
+        "lock {} was released: {acknowledged} of the {wanted} replica(s) asked for \
+         acknowledged it within {timeout:?}",
+        described_key(key, namespace)
     )]
     NotReplicated {
-        /// The key, as sent to the server (with the locker's namespace).
+        /// The key, as the caller gave it.
         key: String,
+        /// The locker's namespace (empty without one).
+        namespace: String,
         /// How many replicas were asked for.
         wanted: usize,
         /// How many acknowledged the lock in time.
@@ -143,7 +168,8 @@ impl LockError {
     ///     }
     /// }
     ///
-    /// assert_eq!(status(&LockError::NotObtained { key: "user:42".into() }), 409);
+    /// let busy = LockError::NotObtained { key: "user:42".into(), namespace: String::new() };
+    /// assert_eq!(status(&busy), 409);
     /// assert_eq!(status(&LockError::NotConfigured), 500);
     /// ```
     pub fn is_transient(&self) -> bool {
@@ -151,6 +177,48 @@ impl LockError {
             LockError::Backend(err) => err.kind().is_transient(),
             LockError::NotReplicated { .. } => true,
             _ => false,
+        }
+    }
+
+    /// This error of a call on `keys` (as the caller named them, sent as
+    /// `wire_keys`) under `namespace`, with its keys named as the caller
+    /// gave them: a backend only knows the keys on the wire
+    /// (`shop:customer:42`).
+    pub(crate) fn named(self, keys: &[String], wire_keys: &[String], namespace: &str) -> Self {
+        if namespace.is_empty() {
+            return self;
+        }
+        let given = |wire: &str| {
+            wire_keys
+                .iter()
+                .position(|sent| sent == wire)
+                .and_then(|index| keys.get(index))
+                .cloned()
+        };
+        match self {
+            LockError::NotReplicated {
+                key,
+                wanted,
+                acknowledged,
+                timeout,
+                ..
+            } => LockError::NotReplicated {
+                key: given(&key).unwrap_or(key),
+                namespace: namespace.to_owned(),
+                wanted,
+                acknowledged,
+                timeout,
+            },
+            LockError::Backend(mut err) => {
+                for (key, wire) in keys.iter().zip(wire_keys) {
+                    let sent = format!("`{wire}`");
+                    let described = described_key(key, namespace);
+                    err.context = err.context.replace(&sent, &described);
+                    err.message = err.message.replace(&sent, &described);
+                }
+                LockError::Backend(err)
+            }
+            other => other,
         }
     }
 }
@@ -163,7 +231,9 @@ pub enum BackendErrorKind {
     Unreachable,
     /// The server did not answer in time.
     Timeout,
-    /// The server refused the credentials.
+    /// The server refused the credentials, or wants some and the URL gave
+    /// none: put the user and password in the URL
+    /// (`redis://user:password@host:port/`). Retrying does not help.
     Authentication,
     /// The user lacks a permission the library needs (Redis ACL).
     Permission,
@@ -175,6 +245,10 @@ pub enum BackendErrorKind {
     /// backend without a queue of waiters, replicas where there are none):
     /// the message says what to do instead. Retrying does not help.
     Unsupported,
+    /// The peer is not a Redis server: it answered the connect in another
+    /// protocol (an HTTP server, another database on the port). Check the
+    /// host and port of the URL; retrying does not help.
+    Protocol,
     /// Any other error reported by the server or the client.
     Other,
 }
@@ -191,6 +265,7 @@ impl BackendErrorKind {
     /// [`Authentication`]: Self::Authentication
     /// [`Permission`]: Self::Permission
     /// [`Tls`]: Self::Tls
+    /// [`Protocol`]: Self::Protocol
     /// [`Unsupported`]: Self::Unsupported
     ///
     /// ```
@@ -204,6 +279,28 @@ impl BackendErrorKind {
             self,
             BackendErrorKind::Unreachable | BackendErrorKind::Timeout | BackendErrorKind::Other
         )
+    }
+
+    /// A short lowercase name for logs and metric labels: `unreachable`,
+    /// `timeout`, `authentication`, `permission`, `tls`, `unsupported`,
+    /// `protocol`, `other`.
+    ///
+    /// ```
+    /// use lockmacro_runtime::BackendErrorKind;
+    ///
+    /// assert_eq!(BackendErrorKind::Unreachable.as_str(), "unreachable");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendErrorKind::Unreachable => "unreachable",
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Authentication => "authentication",
+            BackendErrorKind::Permission => "permission",
+            BackendErrorKind::Tls => "tls",
+            BackendErrorKind::Unsupported => "unsupported",
+            BackendErrorKind::Protocol => "protocol",
+            BackendErrorKind::Other => "other",
+        }
     }
 }
 
@@ -243,5 +340,17 @@ impl BackendError {
     /// The kind of failure.
     pub fn kind(&self) -> BackendErrorKind {
         self.kind
+    }
+}
+
+/// `key` as messages name it: as the caller gave it, with the locker's
+/// namespace beside it when there is one (`` `customer:42` (namespace
+/// `shop`) ``), so that the key the caller wrote is found in the message and
+/// the key on the server can be told from it.
+pub(crate) fn described_key(key: &str, namespace: &str) -> String {
+    if namespace.is_empty() {
+        format!("`{key}`")
+    } else {
+        format!("`{key}` (namespace `{namespace}`)")
     }
 }

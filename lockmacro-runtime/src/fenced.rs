@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use redis::Script;
 use redis::aio::ConnectionManager;
 
-use crate::backend::{backend_error, open_manager};
+use crate::backend::{open_manager, send_once_more};
 use crate::{LockError, RedisConfig};
 
 static FENCED_SET: LazyLock<Script> =
@@ -24,7 +24,16 @@ static FENCED_SET: LazyLock<Script> =
 /// Two stores behind one type, like [`Locker`](crate::Locker):
 /// [`FencedStore::memory`] keeps the keys in this process (for single-process
 /// programs and tests), [`FencedStore::connect`] keeps each one in a Redis
-/// hash with the fields `fence` and `value`, written by a Lua script.
+/// hash with the fields `fence` and `value`, written by a Lua script. The
+/// Redis store reconnects by itself, as a locker does: a call that meets a
+/// dropped or refused connection (a server restart) is sent once more on a
+/// new one, which is safe since a write with the same token and value is
+/// accepted again.
+///
+/// [`with_namespace`](Self::with_namespace) prefixes every key, as
+/// [`Locker::with_namespace`](crate::Locker::with_namespace) does; give the
+/// store the locker's namespace to keep both side by side:
+/// `FencedStore::connect(url).await?.with_namespace(locker.namespace())`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -44,6 +53,8 @@ static FENCED_SET: LazyLock<Script> =
 #[derive(Clone)]
 pub struct FencedStore {
     inner: Inner,
+    /// `namespace:` (nested ones joined), or empty.
+    prefix: Arc<str>,
 }
 
 #[derive(Clone)]
@@ -58,9 +69,13 @@ enum Inner {
 
 impl std::fmt::Debug for FencedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.inner {
-            Inner::Memory(_) => f.write_str("FencedStore(memory)"),
-            Inner::Redis { server, .. } => write!(f, "FencedStore({server})"),
+        let store = match &self.inner {
+            Inner::Memory(_) => "memory",
+            Inner::Redis { server, .. } => server,
+        };
+        match self.namespace() {
+            "" => write!(f, "FencedStore({store})"),
+            namespace => write!(f, "FencedStore({store}, namespace `{namespace}`)"),
         }
     }
 }
@@ -79,7 +94,50 @@ impl FencedStore {
     pub fn memory() -> Self {
         FencedStore {
             inner: Inner::Memory(Arc::default()),
+            prefix: Arc::from(""),
         }
+    }
+
+    /// The same store, with every key prefixed by `namespace:`, as
+    /// [`Locker::with_namespace`](crate::Locker::with_namespace) does.
+    /// Namespaces nest: `a` then `b` gives `a:b:`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::{FencedStore, Locker};
+    ///
+    /// let locker = Locker::memory().with_namespace("shop");
+    /// let store = FencedStore::memory();
+    /// let shop = store.with_namespace(locker.namespace());
+    /// assert!(shop.set("report", "written", 1).await?);
+    /// // Kept at `shop:report`, beside the locker's `shop:…` keys.
+    /// assert!(store.get("shop:report").await?.is_some());
+    /// assert!(store.get("report").await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_namespace(&self, namespace: &str) -> Self {
+        if namespace.is_empty() {
+            return self.clone();
+        }
+        FencedStore {
+            inner: self.inner.clone(),
+            prefix: Arc::from(format!("{}{namespace}:", self.prefix)),
+        }
+    }
+
+    /// The namespace, without its trailing `:` (empty when there is none).
+    pub fn namespace(&self) -> &str {
+        self.prefix.strip_suffix(':').unwrap_or("")
+    }
+
+    /// `key` with the namespace, as stored.
+    fn wire_key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// `key` as errors name it: as given, with the namespace beside it.
+    fn described(&self, key: &str) -> String {
+        crate::error::described_key(key, self.namespace())
     }
 
     /// A store on one Redis server (URL as for
@@ -107,6 +165,7 @@ impl FencedStore {
         let (_, conn, server) = open_manager(url, &config).await?;
         Ok(FencedStore {
             inner: Inner::Redis { conn, server },
+            prefix: Arc::from(""),
         })
     }
 
@@ -117,14 +176,18 @@ impl FencedStore {
     /// Safe to repeat after an error: the same token and value are accepted
     /// again.
     pub async fn set(&self, key: &str, value: &str, token: u64) -> Result<bool, LockError> {
+        let wire_key = self.wire_key(key);
         match &self.inner {
             Inner::Memory(keys) => {
                 let mut keys = keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                if keys.get(key).is_some_and(|newest| newest.token > token) {
+                if keys
+                    .get(&wire_key)
+                    .is_some_and(|newest| newest.token > token)
+                {
                     return Ok(false);
                 }
                 keys.insert(
-                    key.to_owned(),
+                    wire_key,
                     FencedValue {
                         token,
                         value: value.to_owned(),
@@ -133,15 +196,18 @@ impl FencedStore {
                 Ok(true)
             }
             Inner::Redis { conn, server } => {
-                let written: i64 = FENCED_SET
-                    .key(key)
-                    .arg(token.to_string())
-                    .arg(value)
-                    .invoke_async(&mut conn.clone())
-                    .await
-                    .map_err(|err| {
-                        LockError::from(backend_error(server, &format!("fenced set `{key}`"), err))
-                    })?;
+                let what = format!("fenced set {}", self.described(key));
+                let token = token.to_string();
+                let (wire_key, token) = (&wire_key, &token);
+                let written: i64 = send_once_more(conn, server, &what, |mut conn| async move {
+                    FENCED_SET
+                        .key(wire_key)
+                        .arg(token)
+                        .arg(value)
+                        .invoke_async(&mut conn)
+                        .await
+                })
+                .await?;
                 Ok(written == 1)
             }
         }
@@ -149,22 +215,23 @@ impl FencedStore {
 
     /// The value applied last to `key` and its token, if any.
     pub async fn get(&self, key: &str) -> Result<Option<FencedValue>, LockError> {
+        let wire_key = self.wire_key(key);
         match &self.inner {
             Inner::Memory(keys) => Ok(keys
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .get(key)
+                .get(&wire_key)
                 .cloned()),
             Inner::Redis { conn, server } => {
-                let (token, value): (Option<u64>, Option<String>) = redis::cmd("HMGET")
-                    .arg(key)
-                    .arg("fence")
-                    .arg("value")
-                    .query_async(&mut conn.clone())
-                    .await
-                    .map_err(|err| {
-                        LockError::from(backend_error(server, &format!("fenced get `{key}`"), err))
-                    })?;
+                let what = format!("fenced get {}", self.described(key));
+                let mut read = redis::cmd("HMGET");
+                read.arg(&wire_key).arg("fence").arg("value");
+                let (token, value): (Option<u64>, Option<String>) =
+                    send_once_more(conn, server, &what, |mut conn| {
+                        let read = read.clone();
+                        async move { read.query_async(&mut conn).await }
+                    })
+                    .await?;
                 Ok(token
                     .zip(value)
                     .map(|(token, value)| FencedValue { token, value }))

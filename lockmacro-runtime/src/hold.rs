@@ -71,7 +71,10 @@ impl HoldOptions {
 
     /// Waits up to `wait` for the keys (`wait = …`): woken by the holder's
     /// release where the backend can tell, else when the holder's lease runs
-    /// out; an exponential backoff paces waiters the backend cannot wake.
+    /// out, sending nothing in between; an exponential backoff paces waiters
+    /// the backend cannot wake. How this differs from
+    /// [`retry`](Self::retry): "`wait` or a retry strategy" in the crate
+    /// documentation.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.obtain = self.obtain.retry(
             RetryStrategy::exponential(Duration::from_millis(2), Duration::from_millis(200))
@@ -81,8 +84,10 @@ impl HoldOptions {
         self
     }
 
-    /// Waits as `retry` says instead (a backoff the waiter follows even where
-    /// the backend could wake it).
+    /// Waits as `retry` says instead: the waiter tries again at each of the
+    /// strategy's pauses even where the backend could wake it, and gives up
+    /// after its deadline or attempt cap. See "`wait` or a retry strategy"
+    /// in the crate documentation.
     pub fn retry(mut self, retry: RetryStrategy) -> Self {
         self.obtain = self.obtain.retry(retry);
         self.obtain.wakeups_only = false;
@@ -240,6 +245,7 @@ impl Locker {
         let lock = self.obtain_many(&keys, options.ttl, options.obtain).await?;
         let guard = lock.keep_alive_every(options.refresh.unwrap_or(options.ttl / 3))?;
         let key = guard.key().to_owned();
+        let lost = guard.lease().lost_error();
         let body = crate::reentry::scope(&guard, body(guard.share()));
         let outcome = match options.on_lost {
             OnLost::Abort => supervise(&guard, body).await,
@@ -255,7 +261,7 @@ impl Locker {
             // Reported on the local deadline, whatever the server does:
             // dropping the guard releases in the background.
             drop(guard);
-            return Err(LockError::Lost { key });
+            return Err(lost);
         };
         finish(guard, options.hold_at_least).await;
         match outcome {

@@ -160,14 +160,39 @@ impl Lease {
 
     /// The labels of this lease's metrics.
     pub(crate) fn labels(&self) -> metrics::Labels<'_> {
-        // The namespace is what the wire key adds in front of the key.
-        let namespace = self.namespaced.as_deref().map_or("", |wire| {
-            let prefix = &wire[0][..wire[0].len() - self.keys[0].len()];
-            prefix.strip_suffix(':').unwrap_or(prefix)
-        });
         metrics::Labels {
             backend: self.backend.name(),
-            namespace,
+            namespace: self.namespace(),
+        }
+    }
+
+    /// The locker's namespace, empty without one.
+    pub(crate) fn namespace(&self) -> &str {
+        // The namespace is what the wire key adds in front of the key.
+        self.namespaced.as_deref().map_or("", |wire| {
+            let prefix = &wire[0][..wire[0].len() - self.keys[0].len()];
+            prefix.strip_suffix(':').unwrap_or(prefix)
+        })
+    }
+
+    /// `err`, from the backend, naming the keys as the caller gave them.
+    fn named(&self, err: LockError) -> LockError {
+        err.named(&self.keys, self.wire_keys(), self.namespace())
+    }
+
+    /// [`LockError::NotHeld`] for this lease.
+    fn not_held(&self) -> LockError {
+        LockError::NotHeld {
+            key: self.key().to_owned(),
+            namespace: self.namespace().to_owned(),
+        }
+    }
+
+    /// [`LockError::Lost`] for this lease.
+    pub(crate) fn lost_error(&self) -> LockError {
+        LockError::Lost {
+            key: self.key().to_owned(),
+            namespace: self.namespace().to_owned(),
         }
     }
 
@@ -212,20 +237,18 @@ impl Lease {
         let refreshed = self
             .backend
             .refresh(self.wire_keys(), self.token(), ttl)
-            .await?;
+            .await
+            .map_err(|err| self.named(err))
+            .inspect_err(|err| metrics::failed(self.labels(), metrics::Op::Refresh, err))?;
         if refreshed {
             self.refreshed(ttl, sent);
             if self.lost.load(Ordering::Acquire) {
-                return Err(LockError::Lost {
-                    key: self.key().to_owned(),
-                });
+                return Err(self.lost_error());
             }
             Ok(())
         } else {
             self.mark_lost();
-            Err(LockError::NotHeld {
-                key: self.key().to_owned(),
-            })
+            Err(self.not_held())
         }
     }
 
@@ -277,29 +300,33 @@ impl Lease {
 
     pub(crate) async fn release(&self) -> Result<(), LockError> {
         self.done.store(true, Ordering::Release);
-        let released = self.backend.release(self.wire_keys(), self.token()).await;
+        let released = self
+            .backend
+            .release(self.wire_keys(), self.token())
+            .await
+            .map_err(|err| self.named(err));
         // Counted before the caller's `await` returns, whatever the answer:
         // the owner holds the lease no longer.
         self.end();
+        if let Err(err) = &released {
+            metrics::failed(self.labels(), metrics::Op::Release, err);
+        }
         if released? {
             tracing::debug!(target: "lockmacro", key = %self.key(), "released");
             metrics::released(self.labels());
             Ok(())
         } else {
             tracing::debug!(target: "lockmacro", key = %self.key(), "release found the lock no longer held");
-            Err(LockError::NotHeld {
-                key: self.key().to_owned(),
-            })
+            Err(self.not_held())
         }
     }
 
     pub(crate) async fn remaining(&self) -> Result<Duration, LockError> {
         self.backend
             .remaining(self.wire_keys(), self.token())
-            .await?
-            .ok_or_else(|| LockError::NotHeld {
-                key: self.key().to_owned(),
-            })
+            .await
+            .map_err(|err| self.named(err))?
+            .ok_or_else(|| self.not_held())
     }
 }
 

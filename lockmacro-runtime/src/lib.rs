@@ -146,8 +146,9 @@
 //! A service that already talks to Redis can hand its connection to the
 //! locker instead of letting it open its own:
 //! [`RedisBackend::from_client`] (a `redis::Client`),
-//! [`RedisBackend::from_manager`] (a `ConnectionManager`, whose multiplexed
-//! connection then carries the lock calls too),
+//! [`Locker::from_manager`] and [`RedisBackend::from_manager`] (a
+//! `ConnectionManager`, whose multiplexed connection then carries the lock
+//! calls too),
 //! [`ClusterBackend::from_client`] and [`ClusterBackend::from_connection`]
 //! (a `ClusterClient` and its connection). Two things still get connections
 //! of their own, opened from the client only when first needed: waiters'
@@ -160,11 +161,12 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use lockmacro_runtime::{Locker, RedisBackend, RedisConfig};
+//! use lockmacro_runtime::Locker;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 //! let manager = redis::aio::ConnectionManager::new(client.clone()).await?;
-//! let locker = Locker::new(RedisBackend::from_manager(manager.clone(), client, RedisConfig::default()).await);
+//! // The service goes on using `manager`; the locks ride on it too.
+//! let locker = Locker::from_manager(manager.clone(), client).await;
 //! # let _ = locker; Ok(()) }
 //! ```
 //!
@@ -184,6 +186,22 @@
 //! exponential with full jitter; an attempt cap; a deadline), what metadata
 //! to store with the lock, and whether to mint a fencing token.
 //! [`Locker::obtain_many`] takes several keys all or nothing.
+//!
+//! **`wait` or a retry strategy.** The attribute's `wait = "10s"`
+//! ([`HoldOptions::wait`]) and a [`RetryStrategy`] with a deadline
+//! ([`ObtainOptions::retry`], [`HoldOptions::retry`]) both give up after
+//! their deadline, and both are woken early by a release the backend can
+//! hear (Redis pub/sub, etcd watches, the memory backend). They differ in
+//! what a waiter does meanwhile. Under `wait`, a waiter the backend can wake
+//! sends nothing until it is woken or the holder's lease runs out: one
+//! attempt when the key is freed, whatever the number of waiters. Under a
+//! retry strategy, a waiter also tries again at each of the strategy's
+//! pauses, woken or not, and gives up after its attempt cap if it has one:
+//! choose it to bound the attempts, or to keep trying on a schedule you
+//! set. Where the backend cannot wake waiters (a Redis user without
+//! `+subscribe`), `wait` falls back to an exponential backoff of 2 ms to
+//! 200 ms.
+//!
 //! [`ObtainOptions::replicas`] makes an obtain on a server with replicas
 //! (a cluster, or one server with replicas) return only once that many
 //! replicas have the lock, and fail with [`LockError::NotReplicated`], the
@@ -536,14 +554,17 @@
 //! | `lockmacro_released_total` | counter | locks given back by their owner |
 //! | `lockmacro_lost_total` | counter | leases lost (refused refresh, local deadline, `max_hold`) |
 //! | `lockmacro_refresh_failures_total` | counter | watchdog refreshes that could not be sent or answered |
+//! | `lockmacro_backend_errors_total` | counter | obtains, refreshes and releases that failed with a backend error; also labelled `op` (`obtain`, `refresh`, `release`) and `kind` ([`BackendErrorKind::as_str`]): what an outage shows as |
 //! | `lockmacro_wait_seconds` | histogram | time an obtain took, obtained or busy |
 //! | `lockmacro_hold_seconds` | histogram | time from taking a lock to its release, loss or drop |
 //! | `lockmacro_leases_held` | gauge | leases held now: obtained, and not yet given back, lost or dropped |
 //!
 //! Each is recorded before the call that caused it returns: read right
 //! after `obtain`, `release` or `lost().await`, the figures include it.
+//! Each has a unit and a description (Prometheus's `# HELP`), given to the
+//! recorder installed when a [`Locker`] is made: install the exporter first.
 //!
-//! Every metric has two labels: `backend` (`redis`, `sentinel`, `cluster`,
+//! Every metric has (at least) two labels: `backend` (`redis`, `sentinel`, `cluster`,
 //! `redlock`, `etcd`, `memory`, or a custom backend's
 //! [`Backend::name`](backend::Backend::name)) and `namespace` (the
 //! locker's, empty without one). Both are fixed in code, never taken from
@@ -585,6 +606,8 @@ mod watchdog;
 
 #[doc(hidden)]
 pub mod __private;
+#[doc(hidden)]
+pub mod missing_feature;
 
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]

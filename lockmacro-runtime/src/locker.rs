@@ -62,6 +62,7 @@ fn check_key(key: &str) -> Result<(), LockError> {
 impl Locker {
     /// A locker on `backend`.
     pub fn new(backend: impl Backend) -> Self {
+        crate::metrics::describe();
         Locker {
             shared: Arc::new(Shared {
                 backend: Arc::new(backend),
@@ -86,6 +87,31 @@ impl Locker {
     /// ```
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Ok(Locker::new(RedisBackend::connect(url).await?))
+    }
+
+    /// A locker whose calls ride on the service's own `manager`, with the
+    /// default [`RedisConfig`](crate::RedisConfig): one call for
+    /// [`RedisBackend::from_manager`], which says what is shared and what
+    /// is not. `client` is the one `manager` was made from (a
+    /// `ConnectionManager` does not hand it out): waiters' pub/sub and
+    /// replica waits get connections of their own from it, when first
+    /// needed.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockmacro_runtime::Locker;
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let manager = redis::aio::ConnectionManager::new(client.clone()).await?;
+    /// let locker = Locker::from_manager(manager.clone(), client).await;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub async fn from_manager(
+        manager: redis::aio::ConnectionManager,
+        client: redis::Client,
+    ) -> Self {
+        let config = crate::RedisConfig::default();
+        Locker::new(RedisBackend::from_manager(manager, client, config).await)
     }
 
     /// A locker on the master that Redis Sentinel names `master`, found

@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use crate::LockError;
+
 /// The labels of every metric of one lease or locker.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -69,12 +71,96 @@ pub(crate) fn lost(at: Labels<'_>) {
     let _ = at;
 }
 
-/// A lease's refresh could not be sent or answered.
-pub(crate) fn refresh_failed(at: Labels<'_>) {
+/// A lease's watchdog refresh could not be sent or answered: `err`.
+pub(crate) fn refresh_failed(at: Labels<'_>, err: &LockError) {
     #[cfg(feature = "metrics")]
     metrics::counter!("lockmacro_refresh_failures_total", &at.pairs()).increment(1);
+    failed(at, Op::Refresh, err);
+}
+
+/// The lock operations whose backend errors are counted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    Obtain,
+    Refresh,
+    Release,
+}
+
+/// `op` failed with `err`: counted when the backend failed (unreachable,
+/// timed out, refused the credentials…), the outage that the other metrics
+/// do not show, since a failed obtain is neither obtained nor busy.
+pub(crate) fn failed(at: Labels<'_>, op: Op, err: &LockError) {
+    #[cfg(feature = "metrics")]
+    if let LockError::Backend(err) = err {
+        let [backend, namespace] = at.pairs();
+        let op = match op {
+            Op::Obtain => "obtain",
+            Op::Refresh => "refresh",
+            Op::Release => "release",
+        };
+        let labels = [
+            backend,
+            namespace,
+            ("op", op.to_owned()),
+            ("kind", err.kind().as_str().to_owned()),
+        ];
+        metrics::counter!("lockmacro_backend_errors_total", &labels).increment(1);
+    }
     #[cfg(not(feature = "metrics"))]
-    let _ = at;
+    let _ = (at, op, err);
+}
+
+/// Gives every metric its unit and description, for exporters that show
+/// them (Prometheus's `# HELP`). Called by each new locker: a recorder
+/// installed before it hears them.
+pub(crate) fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+        describe_counter!("lockmacro_obtained_total", Unit::Count, "Locks obtained.");
+        describe_counter!(
+            "lockmacro_busy_total",
+            Unit::Count,
+            "Obtains that gave up because someone else held the key."
+        );
+        describe_counter!(
+            "lockmacro_released_total",
+            Unit::Count,
+            "Locks given back by their owner."
+        );
+        describe_counter!(
+            "lockmacro_lost_total",
+            Unit::Count,
+            "Leases lost: a refresh refused, the local deadline passed, or max_hold reached."
+        );
+        describe_counter!(
+            "lockmacro_refresh_failures_total",
+            Unit::Count,
+            "Watchdog refreshes that could not be sent or answered."
+        );
+        describe_counter!(
+            "lockmacro_backend_errors_total",
+            Unit::Count,
+            "Obtains, refreshes and releases that failed with a backend error, by operation \
+             (op: obtain, refresh, release) and error kind (kind: unreachable, timeout, \
+             authentication, permission, tls, protocol, unsupported, other)."
+        );
+        describe_histogram!(
+            "lockmacro_wait_seconds",
+            Unit::Seconds,
+            "Time an obtain took, whether it obtained the lock or gave up as busy."
+        );
+        describe_histogram!(
+            "lockmacro_hold_seconds",
+            Unit::Seconds,
+            "Time from taking a lock to its release, loss or drop."
+        );
+        describe_gauge!(
+            "lockmacro_leases_held",
+            Unit::Count,
+            "Leases held now: obtained, and not yet given back, lost or dropped."
+        );
+    }
 }
 
 /// A lease is gone after `held`, however it ended.

@@ -250,6 +250,8 @@ impl<'a> Wait<'a> {
                 ) {
                     self.claim.armed = false;
                 }
+                let err = err.named(&request.keys, &request.wire_keys, self.labels.namespace);
+                metrics::failed(self.labels, metrics::Op::Obtain, &err);
                 return Err(err);
             }
         };
@@ -317,6 +319,7 @@ impl<'a> Wait<'a> {
         let keys = &self.request.keys;
         LockError::NotObtained {
             key: keys.get(index).unwrap_or(&keys[0]).clone(),
+            namespace: self.labels.namespace.to_owned(),
         }
     }
 

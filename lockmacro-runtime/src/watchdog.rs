@@ -309,7 +309,7 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
             }
             Err(err) => {
                 failed += 1;
-                crate::metrics::refresh_failed(lease.labels());
+                crate::metrics::refresh_failed(lease.labels(), &err);
                 first_error.get_or_insert((lease.key(), err));
                 Outcome::Failed
             }

@@ -8,6 +8,7 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::Attribute;
+use syn::spanned::Spanned;
 
 use crate::args::Args;
 use crate::errors::Errors;
@@ -125,7 +126,9 @@ fn prepare(plan: &Plan) -> TokenStream {
 
     let keys = plan.keys.iter().map(|key| key.to_tokens(krate));
     let locker = match &plan.locker {
-        Some(locker) => quote!(#krate::__private::locker(&(#locker))),
+        // Spanned at the argument: a value that is not a locker is reported
+        // there, not on the whole attribute.
+        Some(locker) => quote_spanned!(locker.span()=> #krate::__private::locker(&(#locker))),
         None => quote!(#krate::__private::global()),
     };
 

@@ -7,7 +7,8 @@
 //! that rustc reports type errors in it on the key the user wrote.
 
 use proc_macro2::{Span, TokenStream};
-use quote::quote;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
 use syn::{Error, Expr, ExprLit, FnArg, Ident, Lit, LitStr, Pat, Path, Signature};
 
 /// A key, as `key = …`, in `keys = […]` or as `fence = …`.
@@ -111,7 +112,9 @@ impl Key {
     /// A `String` expression.
     pub(crate) fn to_tokens(&self, krate: &Path) -> TokenStream {
         match self {
-            Key::Expr(expr) => quote!(#krate::__private::key(&(#expr))),
+            // Spanned at the argument: a value that cannot be a key is
+            // reported there, not on the whole attribute.
+            Key::Expr(expr) => quote_spanned!(expr.span()=> #krate::__private::key(&(#expr))),
             Key::Template(template) => template.to_tokens(krate),
         }
     }

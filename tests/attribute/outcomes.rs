@@ -118,7 +118,7 @@ pub async fn busy_under_error_returns_not_obtained_and_skips_the_body(fixture: &
     let _held = hold(fixture, "job:1").await;
     let err = svc.errors_when_busy(1).await.unwrap_err();
     assert!(
-        matches!(&err, LockError::NotObtained { key } if key == "job:1"),
+        matches!(&err, LockError::NotObtained { key, .. } if key == "job:1"),
         "{err:?}"
     );
     assert_eq!(svc.runs.count(), 0, "the body ran without the lock");

@@ -75,7 +75,7 @@ pub async fn lost_lease_under_abort_drops_the_body_and_returns_lost(fixture: &Fi
     fixture.overwrite("job", "someone-else").await;
     let err = call.await.unwrap().unwrap_err();
     assert!(
-        matches!(&err, LockError::Lost { key } if key == "job"),
+        matches!(&err, LockError::Lost { key, .. } if key == "job"),
         "{err:?}"
     );
     assert!(
@@ -230,7 +230,7 @@ pub async fn max_hold_aborts_a_body_that_runs_too_long(fixture: &Fixture) {
         .expect("the body outlived max_hold by far")
         .unwrap_err();
     assert!(
-        matches!(&err, LockError::Lost { key } if key == "job"),
+        matches!(&err, LockError::Lost { key, .. } if key == "job"),
         "{err:?}"
     );
     assert!(dropped.load(Ordering::SeqCst), "the body was not dropped");

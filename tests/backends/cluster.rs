@@ -174,7 +174,7 @@ async fn keys_sharing_a_hash_tag_are_taken_together() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, LockError::NotObtained { key } if key == "{acct}:2"),
+        matches!(&err, LockError::NotObtained { key, .. } if key == "{acct}:2"),
         "{err:?}"
     );
     ok(&cluster, held.release().await, "release {acct}:2");

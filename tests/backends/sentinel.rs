@@ -100,7 +100,7 @@ async fn lock_taken_before_a_failover_holds_on_the_new_master_and_fence_tokens_k
 
     // The first call after the failover finds the new master.
     match other.obtain("job", TTL, ObtainOptions::new()).await {
-        Err(LockError::NotObtained { key }) if key == "job" => {}
+        Err(LockError::NotObtained { key, .. }) if key == "job" => {}
         outcome => deployment.fail(format_args!(
             "the lock did not hold on the new master: {outcome:?}"
         )),

@@ -61,7 +61,7 @@ async fn lost_lease_is_reported_on_the_deadline_while_the_server_is_still_frozen
         .unwrap()
         .unwrap_err();
     assert!(
-        matches!(&err, LockError::Lost { key } if key == "job"),
+        matches!(&err, LockError::Lost { key, .. } if key == "job"),
         "{err:?}"
     );
 }

@@ -161,7 +161,7 @@ async fn black_hole_while_held_loses_the_lease_on_its_local_deadline() {
     let returned = Instant::now();
     let err = result.unwrap_err();
     assert!(
-        matches!(&err, LockError::Lost { key } if key == "job"),
+        matches!(&err, LockError::Lost { key, .. } if key == "job"),
         "{err:?}"
     );
     let stopped = dropped.lock().unwrap().expect("the body was not dropped");

@@ -83,7 +83,7 @@ async fn paused_server_holder_stops_on_its_deadline_before_a_second_holder_gets_
         .unwrap();
     let err = result.unwrap_err();
     assert!(
-        matches!(&err, LockError::Lost { key } if key == "job"),
+        matches!(&err, LockError::Lost { key, .. } if key == "job"),
         "{err:?}"
     );
     let stop = stop.lock().unwrap().expect("the body was not dropped");

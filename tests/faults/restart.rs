@@ -12,6 +12,8 @@ use lockmacro_testkit::RedisServer;
 
 const TTL: Duration = Duration::from_secs(3);
 const REFRESH: Duration = Duration::from_secs(2);
+/// How long the server stays down when its length matters.
+const OUTAGE: Duration = Duration::from_secs(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_loses_the_lease_but_fence_tokens_keep_increasing() {
@@ -109,4 +111,45 @@ async fn memory_fence_tokens_increase_across_backends() {
         .await
         .unwrap();
     assert!(lock.fence_token().unwrap() > old);
+}
+
+#[tokio::test]
+async fn fenced_store_writes_again_once_a_restarted_server_is_back() {
+    let mut resource = RedisServer::start();
+    let store = resource.expect_ok(FencedStore::connect(&resource.url()).await, "connect");
+    assert!(resource.expect_ok(store.set("report", "first", 1).await, "write"));
+
+    resource.stop();
+    let down = store.set("report", "while down", 2).await;
+    assert!(
+        matches!(&down, Err(err) if err.is_transient()),
+        "a write while the server is down: {down:?}"
+    );
+    // The outage outlasts the reconnection the manager starts in the
+    // background (an attempt, a pause of at most 200 ms, another), which
+    // fails and is what the next call is handed. No signal tells when it
+    // gave up: the outage has a length, as a real one does.
+    tokio::time::sleep(OUTAGE).await;
+    resource.restart();
+
+    // The reconnection that failed while the server was down is not what
+    // this write ends with: it is sent again, on a new connection.
+    assert!(resource.expect_ok(store.set("report", "second", 2).await, "write once back"));
+    let read = resource.expect_ok(store.get("report").await, "read");
+    assert_eq!(read.map(|applied| applied.value).as_deref(), Some("second"));
+}
+
+#[tokio::test]
+async fn fenced_store_keeps_its_keys_in_the_lockers_namespace() {
+    let resource = RedisServer::start();
+    let locker = Locker::new(MemoryBackend::new()).with_namespace("shop");
+    let store = resource
+        .expect_ok(FencedStore::connect(&resource.url()).await, "connect")
+        .with_namespace(locker.namespace());
+    assert_eq!(store.namespace(), "shop");
+    assert!(resource.expect_ok(store.set("customer:42", "paid", 7).await, "write"));
+    let stored: Option<String> = resource.cmd(&["HGET", "shop:customer:42", "value"]);
+    assert_eq!(stored.as_deref(), Some("paid"));
+    let bare: i64 = resource.cmd(&["EXISTS", "customer:42"]);
+    assert_eq!(bare, 0, "written outside the namespace");
 }

@@ -32,7 +32,7 @@ pub async fn busy_error_names_the_key(fx: &Fixture) {
     let _held = fx.check(locker.obtain("user:42", LONG, once()).await, "obtain");
     let err = locker.obtain("user:42", LONG, once()).await.unwrap_err();
     assert!(
-        matches!(&err, LockError::NotObtained { key } if key == "user:42"),
+        matches!(&err, LockError::NotObtained { key, .. } if key == "user:42"),
         "{err:?}"
     );
     assert!(err.to_string().contains("user:42"), "{err}");
@@ -92,12 +92,12 @@ pub async fn stale_owner_can_neither_release_nor_refresh(fx: &Fixture) {
 
     let err = stale.refresh(LONG).await.unwrap_err();
     assert!(
-        matches!(&err, LockError::NotHeld { key } if key == "job"),
+        matches!(&err, LockError::NotHeld { key, .. } if key == "job"),
         "{err:?}"
     );
     let err = stale.release().await.unwrap_err();
     assert!(
-        matches!(&err, LockError::NotHeld { key } if key == "job"),
+        matches!(&err, LockError::NotHeld { key, .. } if key == "job"),
         "{err:?}"
     );
 
@@ -358,7 +358,7 @@ pub async fn obtain_many_is_all_or_nothing(fx: &Fixture) {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, LockError::NotObtained { key } if key == "k:b"),
+        matches!(&err, LockError::NotObtained { key, .. } if key == "k:b"),
         "{err:?}"
     );
     // Neither of the free keys was left locked.

@@ -6,6 +6,7 @@ mod election;
 mod fair;
 mod leftovers;
 mod logs;
+mod naming;
 mod own_connection;
 mod permits;
 mod redis;

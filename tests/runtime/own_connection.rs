@@ -96,12 +96,16 @@ async fn locker_on_the_services_connection_manager_sends_on_it_and_the_service_k
     let client = server.client();
     let mut managers = Vec::new();
     let mut lockers = Vec::new();
-    for _ in 0..2 {
+    for n in 0..2 {
         let manager = server.expect_ok(ConnectionManager::new(client.clone()).await, "manager");
-        let backend =
-            RedisBackend::from_manager(manager.clone(), client.clone(), RedisConfig::default())
-                .await;
-        lockers.push(Locker::new(backend));
+        // Both ways to the same: the one call, and the backend's own.
+        let locker = if n == 0 {
+            Locker::from_manager(manager.clone(), client.clone()).await
+        } else {
+            let config = RedisConfig::default();
+            Locker::new(RedisBackend::from_manager(manager.clone(), client.clone(), config).await)
+        };
+        lockers.push(locker);
         managers.push(manager);
     }
     let mut service = managers[0].clone();

@@ -8,13 +8,14 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use lockmacro_runtime::{BackendErrorKind, LockError, RedisBackend, RedisConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use lockmacro_testkit::RedisServer;
 use lockmacro_testkit::tls::TestCa;
 
-/// Generous: every failure here is expected within about 3 s (the default
-/// connect timeout), most at once.
+/// Generous: every failure here is expected within the connect timeout
+/// (3 s by default), most at once.
 const BOUND: Duration = Duration::from_secs(10);
 
 /// Connects to `url` with the default configuration, expecting a backend
@@ -61,27 +62,45 @@ async fn unknown_acl_user_or_wrong_password_is_an_authentication_failure() {
 }
 
 #[tokio::test]
-async fn missing_password_is_an_authentication_failure() {
+async fn missing_password_fails_at_connect_with_a_credentials_error() {
     let server = RedisServer::start_with(&["--requirepass", "right"]);
     let url = format!("redis://127.0.0.1:{}/", server.port());
-    // Refused at connect, or at the first command (the server answers
-    // NOAUTH to each): either way, an authentication failure.
-    let err = match lockmacro_runtime::Locker::connect(&url).await {
-        Err(err) => err,
-        Ok(locker) => locker
-            .obtain(
-                "job",
-                Duration::from_secs(5),
-                lockmacro_runtime::ObtainOptions::new(),
-            )
-            .await
-            .unwrap_err(),
-    };
-    let LockError::Backend(backend) = &err else {
-        panic!("expected a backend error, got {err:?}")
-    };
-    assert_eq!(backend.kind(), BackendErrorKind::Authentication, "{err}");
-    assert!(err.to_string().contains("authentication failed"), "{err}");
+    let (kind, message) = connect_failure(&url).await;
+    assert_eq!(kind, BackendErrorKind::Authentication, "{message}");
+    assert!(message.contains("authentication failed"), "{message}");
+}
+
+#[tokio::test]
+async fn frozen_server_fails_at_connect_with_a_timeout() {
+    let server = RedisServer::start();
+    server.pause();
+    let config = RedisConfig::default().connect_timeout(Duration::from_millis(500));
+    let (kind, message) = connect_failure_with(&server.url(), config).await;
+    server.resume();
+    assert_eq!(kind, BackendErrorKind::Timeout, "{message}");
+    assert!(message.contains("no answer in time"), "{message}");
+}
+
+#[tokio::test]
+async fn a_port_that_speaks_http_is_not_a_redis_server() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // What an HTTP server answers to bytes it cannot read as a request, on
+    // every connection (the client may try more than one).
+    let http = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut request = [0; 512];
+            let _ = stream.read(&mut request).await;
+            let _ = stream
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let (kind, message) = connect_failure(&format!("redis://{addr}/")).await;
+    http.abort();
+    assert_eq!(kind, BackendErrorKind::Protocol, "{message}");
+    assert!(message.contains("not a Redis server"), "{message}");
+    assert!(!kind.is_transient());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

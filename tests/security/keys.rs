@@ -218,7 +218,7 @@ async fn round_trip(fx: &Fixture, locker: &Locker, rival: &Locker, key: &str) ->
 
     let err = rival.obtain(key, LONG, once()).await.unwrap_err();
     assert!(
-        matches!(&err, LockError::NotObtained { key: named } if named == key),
+        matches!(&err, LockError::NotObtained { key: named, .. } if named == key),
         "{shown}: {err:?}"
     );
     fx.check(lock.refresh(LONG).await, &format!("refresh {shown}"));
@@ -294,7 +294,7 @@ async fn attribute_keys_hold_interpolated_values_verbatim() {
     let locker = Locker::memory();
     let busy = |result: Result<(), LockError>, key: &str| {
         assert!(
-            matches!(&result, Err(LockError::NotObtained { key: named }) if named == key),
+            matches!(&result, Err(LockError::NotObtained { key: named, .. }) if named == key),
             "{result:?}"
         );
     };

@@ -78,6 +78,7 @@ async fn show(locker: &Locker) -> Option<u8> {
 async fn rebuild(locker: &Locker) -> Result<u8, LockError> {
     show(locker).await.ok_or(LockError::NotObtained {
         key: "catalog".to_owned(),
+        namespace: String::new(),
     })
 }
 

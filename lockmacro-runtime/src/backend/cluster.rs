@@ -7,7 +7,7 @@ use redis::{ErrorKind, ServerErrorKind};
 
 use super::redis::retry::Policy;
 use super::redis::{
-    Companions, Failure, Load, Protocol, Transport, Wakeups, backend_error, open_client,
+    Companions, Failure, Load, Protocol, Transport, Wakeups, backend_error, not_redis, open_client,
     prepare_tls, redact, speaks_protocol,
 };
 use super::slot::{check_same_slot, slot};
@@ -214,6 +214,8 @@ impl ClusterBackend {
                         ),
                     )
                     .with_source(err)
+                } else if let Some(error) = not_redis(&name, &err) {
+                    error.with_source(err)
                 } else {
                     backend_error(&name, "connect", err)
                 }
@@ -412,14 +414,15 @@ fn passing(err: &redis::RedisError) -> bool {
 
 /// A connection from `client` (`name` in errors), or its error; `Err` when
 /// none came in time. Reading the slot map takes a round trip after the
-/// handshake with each seed tried; this bounds all of it.
+/// handshake with each seed tried; the connect timeout bounds all of it, as
+/// its documentation promises.
 async fn open_connection(
     client: &redis::cluster::ClusterClient,
     name: &str,
     config: &RedisConfig,
 ) -> Result<redis::RedisResult<ClusterConnection>, BackendError> {
     let connect = client.get_async_connection();
-    tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+    tokio::time::timeout(config.connect_timeout, connect)
         .await
         .map_err(|_| {
             BackendError::new(

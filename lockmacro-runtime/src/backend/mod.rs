@@ -38,7 +38,7 @@ pub use self::postgres::{
     POSTGRES_MAX_KEY_LEN, POSTGRES_MIGRATION, PostgresBackend, PostgresConfig,
 };
 pub use self::redis::{RedisBackend, RedisConfig};
-pub(crate) use self::redis::{backend_error, open_manager};
+pub(crate) use self::redis::{open_manager, send_once_more};
 pub use self::redlock::RedlockBackend;
 pub use self::request::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
 pub use self::sentinel::SentinelBackend;

@@ -58,7 +58,13 @@ fn clamp_expiry(value: Duration) -> Duration {
 }
 
 impl RedisConfig {
-    /// How long to wait for a TCP (and TLS) connection. Default 3 s.
+    /// How long connecting to a server may take, in all: the TCP
+    /// connection, the TLS handshake, `AUTH` and a `TIME` that checks the
+    /// credentials and that the peer speaks Redis. Default 3 s. A connect
+    /// that does not finish in time fails with
+    /// [`BackendErrorKind::Timeout`](crate::BackendErrorKind::Timeout); the
+    /// same bound applies to each reconnection and, on a cluster, to reading
+    /// the slot map as well.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
+use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError};
 
 use super::config::RedisConfig;
-use super::errors::{TLS_SILENCE, backend_error, redact};
+use super::errors::{TLS_SILENCE, backend_error, not_redis, redact};
 use super::scripts::{
     ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
     RELEASE_LUA, REMAINING_LUA,
@@ -114,10 +114,26 @@ pub(in crate::backend) async fn manager_for(
         // background for long: a lock call must fail in bounded time.
         .set_number_of_retries(1)
         .set_max_delay(config.connect_timeout);
-    let connect = ConnectionManager::new_with_config(client.clone(), manager_config);
+    let connect = async {
+        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+        // A server that wants a password accepts a connection without one and
+        // refuses each command, and a port of another service may answer in
+        // its own protocol: one command tells both here, not at the first
+        // lock. `TIME`, which the lock scripts call, is in the permissions
+        // the README lists, so a user granted just those leaves no refusal
+        // in the server's ACL log.
+        match redis::cmd("TIME")
+            .query_async::<redis::Value>(&mut conn)
+            .await
+        {
+            Err(err) if !answered_past_credentials(&err) => Err(err),
+            _ => Ok(conn),
+        }
+    };
     // The manager's own timeout covers each TCP attempt; this bounds the
-    // whole handshake (AUTH, HELLO, SELECT) as well.
-    let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+    // whole of connecting (TLS, AUTH, HELLO, SELECT, the TIME) by the same
+    // connect timeout, as its documentation promises.
+    let conn = tokio::time::timeout(config.connect_timeout, connect)
         .await
         .map_err(|_| {
             let mut message = "no answer in time".to_owned();
@@ -159,9 +175,20 @@ pub(in crate::backend) async fn preload(mut conn: ConnectionManager, timeout: Du
     }
 }
 
+/// True when `err`, the reply to the connect's check, still shows a Redis
+/// server that took the credentials: a refusal of its own (a user not
+/// allowed `TIME`, a server still loading) other than asking for them.
+fn answered_past_credentials(err: &RedisError) -> bool {
+    matches!(err.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+        && !matches!(err.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
 /// A failed connect of a [`RedisBackend`]: `tls` tells whether the URL asked
 /// for TLS.
 fn connect_error(server: &str, tls: bool, err: RedisError) -> BackendError {
+    if let Some(error) = not_redis(server, &err) {
+        return error.with_source(err);
+    }
     let closed = !tls && err.is_connection_dropped() && !err.is_connection_refusal();
     let text = err.to_string();
     let error = backend_error(server, "connect", err);

@@ -102,11 +102,27 @@ pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> Backen
         }
         BackendErrorKind::Timeout => format!("no answer in time: {err}"),
         BackendErrorKind::Unreachable => format!("server unreachable: {err}"),
-        BackendErrorKind::Tls | BackendErrorKind::Unsupported | BackendErrorKind::Other => {
-            err.to_string()
-        }
+        BackendErrorKind::Tls
+        | BackendErrorKind::Unsupported
+        | BackendErrorKind::Protocol
+        | BackendErrorKind::Other => err.to_string(),
     };
     BackendError::new(kind, format!("{server}: {what}"), message).with_source(err)
+}
+
+/// The error of a connect whose peer answered in a protocol that is not
+/// Redis's (an HTTP server, another database), if `err` says so.
+pub(in crate::backend) fn not_redis(server: &str, err: &RedisError) -> Option<BackendError> {
+    (err.kind() == ErrorKind::Parse).then(|| {
+        BackendError::new(
+            BackendErrorKind::Protocol,
+            format!("{server}: connect"),
+            format!(
+                "not a Redis server: its answer is not in Redis's protocol ({err}); check the \
+                 host and port of the URL"
+            ),
+        )
+    })
 }
 
 /// How Redis 7.0 (first) and later versions word the refusal of a command

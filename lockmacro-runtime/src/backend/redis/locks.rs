@@ -160,6 +160,8 @@ impl<T: Transport> Protocol<T> {
                 }
                 Err(LockError::NotReplicated {
                     key: req.keys[0].clone(),
+                    // The locker names the key as given, and its namespace.
+                    namespace: String::new(),
                     wanted: req.replicas,
                     acknowledged: acked,
                     timeout: req.replica_timeout,

@@ -18,8 +18,10 @@ pub(crate) use self::connect::open_manager;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::connect::{enable_tls, open_client, prepare_tls};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::errors::Failure;
-pub(crate) use self::errors::{backend_error, redact};
+pub(super) use self::errors::backend_error;
+pub(crate) use self::errors::redact;
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::errors::{Failure, not_redis};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::locks::{Protocol, speaks_protocol};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
@@ -29,6 +31,7 @@ pub(super) use self::scripts::Load;
 pub(super) use self::scripts::Lua;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::transport::Transport;
+pub(crate) use self::transport::send_once_more;
 pub(super) use self::wakeups::Wakeups;
 
 use std::sync::Arc;

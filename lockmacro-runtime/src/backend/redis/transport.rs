@@ -152,9 +152,9 @@ impl Transport for Server {
 }
 
 /// A single server's: a command that failed because the connection dropped
-/// (a server restart, an idle connection cut by a proxy) is sent once more,
-/// on the connection the manager makes again. Every command the protocol
-/// sends is safe to repeat.
+/// (a server restart, an idle connection cut by a proxy) or was refused is
+/// sent once more, on the connection the manager makes again. Every command
+/// the protocol sends is safe to repeat.
 pub(in crate::backend) struct Reconnect<'a> {
     conn: &'a ConnectionManager,
     server: &'a str,
@@ -175,7 +175,10 @@ impl Policy for Reconnect<'_> {
     }
 
     fn retry(&mut self, err: &RedisError) -> bool {
-        if self.retried || !err.is_connection_dropped() {
+        // A refusal is sent again too: the manager hands a reconnection that
+        // failed while the server was down to the first call after it, even
+        // when the server is back, and only then connects again.
+        if self.retried || !(err.is_connection_dropped() || err.is_connection_refusal()) {
             return false;
         }
         tracing::debug!(target: "lockmacro", server = %self.server, error = %err, "connection dropped, sending again");
@@ -195,4 +198,28 @@ impl Policy for Reconnect<'_> {
     fn spent(&mut self, last: Option<RedisError>, _: bool) -> Failure {
         Failure::Redis(last.unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no answer"))))
     }
+}
+
+/// Runs `attempt` on `conn` to the server named `server`, and once more as
+/// the lock protocol's calls are sent ([`Reconnect`]); `what` names the call
+/// in errors. For callers outside the protocol whose commands are safe to
+/// repeat, such as the fenced store.
+pub(crate) async fn send_once_more<R, F, Fut>(
+    conn: &ConnectionManager,
+    server: &str,
+    what: &str,
+    attempt: F,
+) -> Result<R, LockError>
+where
+    F: FnMut(ConnectionManager) -> Fut,
+    Fut: Future<Output = redis::RedisResult<R>>,
+{
+    let policy = Reconnect {
+        conn,
+        server,
+        retried: false,
+    };
+    super::retry::follow(policy, attempt)
+        .await
+        .map_err(|failure| failure.into_error(server, what).into())
 }

@@ -1,0 +1,68 @@
+//! Stand-ins for the constructors of a feature that is off. Without them,
+//! calling `Locker::cluster` in a build without the `cluster` feature gets
+//! rustc's "no function or associated item named `cluster`", which does not
+//! say that a feature would add it; with them, the call fails to compile
+//! with a message that names the feature. Each is bounded by a trait that
+//! nothing implements, so none can be called, and each is hidden from the
+//! documentation, where the real constructor is shown.
+
+#[cfg(not(all(feature = "cluster", feature = "etcd")))]
+use crate::{LockError, Locker};
+
+/// Implemented by nothing: the bound of `Locker::cluster` in a build
+/// without the `cluster` feature.
+#[diagnostic::on_unimplemented(
+    message = "`Locker::cluster` needs the `cluster` feature of `lockmacro-runtime`",
+    label = "Redis Cluster is left out of this build",
+    note = "enable it in Cargo.toml: `lockmacro-runtime = {{ version = \"…\", features = [\"cluster\"] }}`"
+)]
+pub trait ClusterFeature {}
+
+/// Implemented by nothing: the bound of `Locker::etcd` in a build without
+/// the `etcd` feature.
+#[diagnostic::on_unimplemented(
+    message = "`Locker::etcd` needs the `etcd` feature of `lockmacro-runtime`",
+    label = "etcd is left out of this build",
+    note = "enable it in Cargo.toml: `lockmacro-runtime = {{ version = \"…\", features = [\"etcd\"] }}`"
+)]
+pub trait EtcdFeature {}
+
+#[cfg(not(feature = "cluster"))]
+impl Locker {
+    /// Needs the `cluster` feature: see the crate documentation.
+    ///
+    /// ```compile_fail,E0277
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// let locker = lockmacro_runtime::Locker::cluster(["redis://10.0.0.1:6379/"]).await?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(hidden)]
+    pub async fn cluster<I, S>(seeds: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str> + ClusterFeature,
+    {
+        let _ = seeds;
+        unreachable!("`ClusterFeature` has no implementation, so this cannot be called")
+    }
+}
+
+#[cfg(not(feature = "etcd"))]
+impl Locker {
+    /// Needs the `etcd` feature: see the crate documentation.
+    ///
+    /// ```compile_fail,E0277
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// let locker = lockmacro_runtime::Locker::etcd(["http://10.0.0.1:2379"]).await?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(hidden)]
+    pub async fn etcd<I, S>(endpoints: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str> + EtcdFeature,
+    {
+        let _ = endpoints;
+        unreachable!("`EtcdFeature` has no implementation, so this cannot be called")
+    }
+}
