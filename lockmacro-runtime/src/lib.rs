@@ -99,6 +99,7 @@
 //! | `cluster` | Redis Cluster: `Locker::cluster`, `ClusterBackend` | off |
 //! | `metrics` | counters, histograms and a gauge through the `metrics` facade (see [Metrics](#metrics)) | off |
 //! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend` (its build needs `protoc`) | off |
+//! | `postgres` | a PostgreSQL backend on sqlx: `Locker::postgres`, `Locker::postgres_pool`, `PostgresBackend` | off |
 //!
 //! ## Backends
 //!
@@ -122,6 +123,18 @@
 //!   rounded up on the server, and still trusted locally only for the ttl
 //!   asked for). Semaphores and read-write locks too, fair permits among
 //!   them. Its build needs `protoc`.
+//! - `Locker::postgres(url)` and `Locker::postgres_pool(pool)` (the
+//!   service's own sqlx `PgPool`): a PostgreSQL database
+//!   (`PostgresBackend`), with the `postgres` feature. A lock is a row whose
+//!   expiry the server sets from its own clock, so a restart keeps it and
+//!   nothing depends on holding a session: it works through PgBouncer in
+//!   transaction mode. Fencing tokens come from a per-key counter committed
+//!   with the lock, and never go backwards; waiters are woken by
+//!   `LISTEN`/`NOTIFY`; fair waiters are served in arrival order; no
+//!   permits or read-write locks. The backend creates its tables when they
+//!   are missing; a user who may not create tables runs the migration
+//!   `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql` (also
+//!   `POSTGRES_MIGRATION`) first, as the error says.
 //! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
 //! - [`Locker::new`]: any [`Backend`](backend::Backend) of your own.
 //!
@@ -300,7 +313,12 @@
 //!   feature), waiters queue under `<key>/queue/<token>` in the order of
 //!   their entries' create revisions; the release only deletes the key, and
 //!   the first waiter, woken by its watch, takes it with one more round
-//!   trip. A fair obtain takes one key.
+//!   trip. On PostgreSQL (the `postgres` feature) the same: waiters queue in
+//!   the table `lockmacro_queue` in arrival order, a release notifies them,
+//!   and the first in line takes the key. A waiter's entry lapses at the end
+//!   of its wait: one whose process dies while first in line keeps the key
+//!   from everyone (ordinary obtains too) until then, so keep fair waits
+//!   short there. A fair obtain takes one key.
 //!
 //! ## Semaphores
 //!
@@ -590,7 +608,8 @@
 //! the value still starts with the token.
 //!
 //! On etcd, the lock key holds the same value, attached to a lease of its
-//! own; see `EtcdBackend` for the layout.
+//! own; see `EtcdBackend` for the layout. On PostgreSQL, it is a row of the
+//! table `lockmacro_locks`; see `PostgresBackend`.
 //!
 //! ## TLS and Redis users
 //!
@@ -701,6 +720,9 @@ pub use crate::backend::{
     HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
     SentinelBackend,
 };
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use crate::backend::{POSTGRES_MIGRATION, PostgresBackend, PostgresConfig};
 pub use crate::election::{Election, LeaderInfo, Leadership, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 pub use crate::fenced::{FencedStore, FencedValue};

@@ -230,6 +230,40 @@ impl Locker {
         Ok(Locker::new(crate::EtcdBackend::connect(endpoints).await?))
     }
 
+    /// A locker on the PostgreSQL database at `url`
+    /// (`postgres://user:password@host:port/db`): see [`PostgresBackend`]
+    /// for the lease model, fencing and poolers. Creates the backend's
+    /// tables when they are missing.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// let locker = lockmacro_runtime::Locker::postgres("postgres://app:secret@10.0.0.5/app").await?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    ///
+    /// [`PostgresBackend`]: crate::PostgresBackend
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub async fn postgres(url: &str) -> Result<Self, LockError> {
+        Ok(Locker::new(crate::PostgresBackend::connect(url).await?))
+    }
+
+    /// A locker on the service's own sqlx `PgPool`: nothing depends on
+    /// holding one of its connections (see [`PostgresBackend`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> Result<(), lockmacro_runtime::LockError> {
+    /// let locker = lockmacro_runtime::Locker::postgres_pool(pool).await?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    ///
+    /// [`PostgresBackend`]: crate::PostgresBackend
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub async fn postgres_pool(pool: sqlx::PgPool) -> Result<Self, LockError> {
+        Ok(Locker::new(crate::PostgresBackend::from_pool(pool).await?))
+    }
+
     /// A locker on a fresh in-process [`MemoryBackend`].
     pub fn memory() -> Self {
         Locker::new(MemoryBackend::new())

@@ -49,6 +49,8 @@ enum Under {
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::etcd::EtcdCluster>),
     Sentinel(Arc<RedisSentinel>),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::pgdb::PostgresDb),
 }
 
 /// A namespace no other test of the binary has.
@@ -96,6 +98,10 @@ impl Fixture {
             Kind::Etcd => Fixture::etcd().await,
             #[cfg(not(feature = "etcd"))]
             Kind::Etcd => panic!("the etcd fixture needs the `etcd` feature"),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => Fixture::postgres().await,
+            #[cfg(not(feature = "postgres"))]
+            Kind::Postgres => panic!("the PostgreSQL fixture needs the `postgres` feature"),
         }
     }
 
@@ -108,6 +114,8 @@ impl Fixture {
             Kind::Sentinel => Fixture::own_sentinel().await,
             #[cfg(feature = "etcd")]
             Kind::Etcd => Fixture::own_etcd().await,
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => Fixture::own_postgres().await,
             other => Fixture::on(other).await,
         }
     }
@@ -189,6 +197,35 @@ impl Fixture {
     pub async fn own_etcd() -> Self {
         let cluster = blocking(crate::etcd::EtcdCluster::single).await;
         Fixture::own(Kind::Etcd, Under::Etcd(Arc::new(cluster)))
+    }
+
+    /// The binary's PostgreSQL server, shared with the other tests, in a
+    /// database of the test's own (and under a namespace of its own).
+    #[cfg(feature = "postgres")]
+    pub async fn postgres() -> Self {
+        use crate::postgres::PostgresServer;
+        static SERVER: Shared<PostgresServer> = Shared::new();
+        let server = blocking(|| SERVER.get(PostgresServer::start)).await;
+        let db = crate::pgdb::PostgresDb::create(server).await;
+        Fixture::shared(Kind::Postgres, Under::Postgres(db))
+    }
+
+    /// A PostgreSQL server of the test's own, for a test that stops,
+    /// freezes or restarts it.
+    #[cfg(feature = "postgres")]
+    pub async fn own_postgres() -> Self {
+        let server = blocking(crate::postgres::PostgresServer::start).await;
+        let db = crate::pgdb::PostgresDb::create(Arc::new(server)).await;
+        Fixture::own(Kind::Postgres, Under::Postgres(db))
+    }
+
+    /// The database behind a PostgreSQL fixture.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_db(&self) -> Option<&crate::pgdb::PostgresDb> {
+        match &self.backend {
+            Under::Postgres(db) => Some(db),
+            _ => None,
+        }
     }
 
     /// The namespace of the fixture's lockers: empty on servers of the
@@ -308,6 +345,8 @@ impl Fixture {
             Under::Memory(memory) => Locker::new(memory.clone()),
             #[cfg(feature = "etcd")]
             Under::Etcd(cluster) => cluster.locker().await,
+            #[cfg(feature = "postgres")]
+            Under::Postgres(db) => db.locker().await,
             Under::Sentinel(deployment) => {
                 let backend =
                     SentinelBackend::connect(MASTER_NAME, deployment.sentinel_urls()).await;
@@ -361,6 +400,8 @@ impl Fixture {
             }
             #[cfg(feature = "etcd")]
             Under::Etcd(_) => self.etcd_get(key).await.is_some() || self.etcd_shared(key).await,
+            #[cfg(feature = "postgres")]
+            Under::Postgres(db) => db.is_held(key).await,
         }
     }
 
@@ -394,6 +435,8 @@ impl Fixture {
                 let left = self.check(client.lease_time_to_live(lease, None).await, "lease ttl");
                 u64::try_from(left.ttl()).ok().map(Duration::from_secs)
             }
+            #[cfg(feature = "postgres")]
+            Under::Postgres(db) => db.lease_left(key).await,
         }
     }
 
@@ -418,6 +461,8 @@ impl Fixture {
                 let options = etcd_client::PutOptions::new().with_lease(lease.id());
                 self.check(client.put(key, value, Some(options)).await, "etcd put");
             }
+            #[cfg(feature = "postgres")]
+            Under::Postgres(db) => db.overwrite(key, value).await,
         }
     }
 
@@ -442,6 +487,11 @@ impl Fixture {
             // Tokens are revisions on etcd, not counters: nothing to set.
             #[cfg(feature = "etcd")]
             Under::Etcd(_) => {}
+            #[cfg(feature = "postgres")]
+            Under::Postgres(db) => {
+                db.set_fence_counter(key, value.parse().expect("a number"))
+                    .await
+            }
         }
     }
 
@@ -470,6 +520,8 @@ impl Fixture {
                 .etcd_get(key)
                 .await
                 .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+            #[cfg(feature = "postgres")]
+            Under::Postgres(db) => db.value(key).await,
         }
     }
 
@@ -498,6 +550,10 @@ impl Fixture {
         if let Under::Etcd(cluster) = &self.backend {
             return cluster.kill_all();
         }
+        #[cfg(feature = "postgres")]
+        if let Under::Postgres(db) = &self.backend {
+            return db.server().kill();
+        }
         self.servers().for_each(kill);
     }
 
@@ -510,6 +566,10 @@ impl Fixture {
         if let Under::Etcd(cluster) = &self.backend {
             return cluster.pause();
         }
+        #[cfg(feature = "postgres")]
+        if let Under::Postgres(db) = &self.backend {
+            return db.server().pause();
+        }
         self.servers().for_each(RedisServer::pause);
     }
 
@@ -519,6 +579,10 @@ impl Fixture {
         if let Under::Etcd(cluster) = &self.backend {
             return cluster.resume();
         }
+        #[cfg(feature = "postgres")]
+        if let Under::Postgres(db) = &self.backend {
+            return db.server().resume();
+        }
         self.servers().for_each(RedisServer::resume);
     }
 
@@ -527,6 +591,10 @@ impl Fixture {
         #[cfg(feature = "etcd")]
         if let Under::Etcd(cluster) = &self.backend {
             return cluster.logs();
+        }
+        #[cfg(feature = "postgres")]
+        if let Under::Postgres(db) = &self.backend {
+            return db.server().log();
         }
         self.servers()
             .map(|server| {
@@ -548,6 +616,8 @@ impl Fixture {
             Under::Memory(_) => panic!("the memory backend has no servers"),
             #[cfg(feature = "etcd")]
             Under::Etcd(_) => panic!("etcd members are not redis servers"),
+            #[cfg(feature = "postgres")]
+            Under::Postgres(_) => panic!("a PostgreSQL server is not a redis server"),
             // The master and its replicas; the sentinels stay up.
             Under::Sentinel(deployment) => Box::new(deployment.servers().iter()),
         }
@@ -580,6 +650,10 @@ impl Fixture {
             (Under::Etcd(cluster), Err(err)) => {
                 cluster.fail(format_args!("{what}: unexpected error: {err:?}"))
             }
+            #[cfg(feature = "postgres")]
+            (Under::Postgres(db), Err(err)) => db
+                .server()
+                .fail(format_args!("{what}: unexpected error: {err:?}")),
             (Under::Sentinel(deployment), Err(err)) => {
                 deployment.fail(format_args!("{what}: unexpected error: {err:?}"))
             }

@@ -26,6 +26,8 @@ pub enum Kind {
     Outside,
     /// An etcd member (feature `etcd`).
     Etcd,
+    /// A PostgreSQL server, a database per test (feature `postgres`).
+    Postgres,
 }
 
 /// What a backend can do beyond what every backend does.
@@ -54,7 +56,7 @@ pub enum Capability {
 
 impl Kind {
     /// Every backend, in the order the suites list them.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Redis,
         Kind::Cluster,
         Kind::Redlock,
@@ -62,6 +64,7 @@ impl Kind {
         Kind::Memory,
         Kind::Outside,
         Kind::Etcd,
+        Kind::Postgres,
     ];
 
     /// Whether this backend can do `capability`.
@@ -87,6 +90,9 @@ impl Kind {
             ),
             Kind::Outside => matches!(capability, FairQueue | SeveralSlots | ShortLeases),
             Kind::Etcd => matches!(capability, FairQueue | Shares | SeveralSlots | Servers),
+            Kind::Postgres => {
+                matches!(capability, FairQueue | SeveralSlots | ShortLeases | Servers)
+            }
         }
     }
 
@@ -131,6 +137,9 @@ macro_rules! __if_capable {
     (Etcd, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Etcd, [$($rest),*] $then $else);
     };
+    (Postgres, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Postgres, [$($rest),*] $then $else);
+    };
     // A capability the backend lacks.
     ($kind:ident, [$($caps:ident),*] $then:tt { $($else:tt)* }) => { $($else)* };
 }
@@ -170,6 +179,7 @@ macro_rules! __if_among {
     (Memory, [Memory $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
     (Outside, [Outside $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
     (Etcd, [Etcd $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    (Postgres, [Postgres $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
     ($kind:ident, [$other:ident $(, $rest:ident)*] $items:tt) => {
         $crate::__if_among!($kind, [$($rest),*] $items);
     };
@@ -211,7 +221,8 @@ macro_rules! __if_among {
 ///
 /// `only: [Redis, Cluster]` after `needs` (and `lacks`) narrows the backends
 /// further, for a scenario that looks at what only some of them store. The
-/// etcd module is compiled with the calling crate's `etcd` feature.
+/// etcd module is compiled with the calling crate's `etcd` feature, the
+/// PostgreSQL one with its `postgres` feature.
 #[macro_export]
 macro_rules! for_each_backend {
     (
@@ -251,6 +262,8 @@ macro_rules! for_each_backend {
         $crate::__backend_module!(Outside, on_a_backend_written_outside_the_crate, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
         #[cfg(feature = "etcd")]
         $crate::__backend_module!(Etcd, on_etcd, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        #[cfg(feature = "postgres")]
+        $crate::__backend_module!(Postgres, on_postgres, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
     };
 }
 
@@ -355,7 +368,9 @@ mod tests {
                 listed!($kind, Replicas);
             )*};
         }
-        every_capability!(Redis, Cluster, Redlock, Sentinel, Memory, Outside, Etcd);
-        assert_eq!(Kind::ALL.len(), 7, "a kind is missing above");
+        every_capability!(
+            Redis, Cluster, Redlock, Sentinel, Memory, Outside, Etcd, Postgres
+        );
+        assert_eq!(Kind::ALL.len(), 8, "a kind is missing above");
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! - Servers: [`RedisServer`] (one `redis-server`), [`cluster::RedisCluster`],
 //!   [`sentinel::RedisSentinel`] (a master, two replicas, three sentinels),
-//!   [`etcd::EtcdCluster`] (one member or several); every process is killed
+//!   [`etcd::EtcdCluster`] (one member or several), `postgres::PostgresServer`
+//!   and `pgbouncer::PgBouncer` (feature `postgres`); every process is killed
 //!   and reaped on drop, dies with the test process, and every panic the kit
 //!   raises carries the servers' logs. [`shared::Shared`] keeps one server
 //!   for every test of a binary.
@@ -30,6 +31,12 @@ pub mod etcd;
 pub mod fixture;
 pub mod kind;
 pub mod outside;
+#[cfg(feature = "postgres")]
+pub mod pgbouncer;
+#[cfg(feature = "postgres")]
+pub mod pgdb;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod proxy;
 pub mod redis;
 pub mod sentinel;

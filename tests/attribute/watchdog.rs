@@ -197,10 +197,13 @@ pub async fn no_task_outlives_its_lock(fixture: &Fixture) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(
-        metrics.num_alive_tasks(),
-        baseline,
-        "tasks outlived their locks"
+    // At most the baseline: a connection pool (sqlx's) hands a connection
+    // back in a task of its own, which may still be alive when the baseline
+    // is taken and gone by now.
+    assert!(
+        metrics.num_alive_tasks() <= baseline,
+        "tasks outlived their locks: {} alive, {baseline} before",
+        metrics.num_alive_tasks()
     );
     assert!(
         !fixture.is_held("other").await,

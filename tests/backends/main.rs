@@ -9,6 +9,10 @@ mod cluster_failover;
 mod etcd;
 #[cfg(feature = "etcd")]
 mod etcd_kinds;
+#[cfg(feature = "postgres")]
+mod pgbouncer;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod redlock;
 mod replicas;
 mod sentinel;

@@ -1,7 +1,8 @@
 //! The fault suite: each claim about what the library does when something
 //! fails (a holder process killed, Redis frozen, restarted or cut off, a slow
-//! or broken network) shown against real `redis-server` processes, with ttls
-//! around a second so that it runs in bounded time.
+//! or broken network) shown against real `redis-server` processes (and etcd
+//! and PostgreSQL ones, with their features), with ttls around a second so
+//! that it runs in bounded time.
 //!
 //! Exclusion is checked by a witness (`lockmacro_testkit::witness`) that does
 //! not trust the lock: it records every critical section on the monotonic
@@ -21,6 +22,10 @@ mod lease;
 mod network;
 mod pause;
 mod permits;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_network;
 mod process;
 mod restart;
 mod shutdown;

@@ -83,6 +83,26 @@ async fn join(
                 "the queue of `{key}` never held {place} waiters"
             ))
         }
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => {
+            // Queued once its row is in the queue table; as on etcd, a
+            // release after that reaches it whether or not it listens yet.
+            let db = fx.postgres_db().expect("a PostgreSQL fixture");
+            let waiter = tokio::spawn(obtain);
+            let count = format!(
+                "SELECT count(*)::text FROM lockmacro_queue WHERE key = {}",
+                lockmacro_testkit::pgdb::quote(key)
+            );
+            for _ in 0..500 {
+                if db.column(&count).await == [Some(place.to_string())] {
+                    return waiter;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            db.server().fail(format_args!(
+                "the queue of `{key}` never held {place} waiters"
+            ))
+        }
         Kind::Memory | Kind::Outside => {
             // These backends answer at once: one poll takes the
             // waiter through its attempts to its first wait, queued.

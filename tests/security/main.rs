@@ -8,6 +8,8 @@
 mod acl;
 mod connect;
 mod keys;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod tls;
 mod tokens;
 

@@ -3,7 +3,8 @@
 //! [`RedisBackend`] (one server), [`SentinelBackend`] (Redis Sentinel),
 //! [`ClusterBackend`] (Redis Cluster, feature `cluster`), [`RedlockBackend`]
 //! (independent masters, by majority), `EtcdBackend` (an etcd cluster,
-//! feature `etcd`) and [`MemoryBackend`] ship with the crate. Another store can be plugged in by implementing
+//! feature `etcd`), `PostgresBackend` (a PostgreSQL database, feature
+//! `postgres`) and [`MemoryBackend`] ship with the crate. Another store can be plugged in by implementing
 //! [`Backend`]; it must give the same guarantees: a key is held by at most one
 //! value at a time, until its ttl passes or the owner releases it, and only a
 //! caller presenting the owner's token can refresh or release it.
@@ -16,6 +17,8 @@ mod inspect;
 mod keys;
 mod listener;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod redis;
 mod redlock;
 mod request;
@@ -31,6 +34,11 @@ pub use self::etcd::{EtcdBackend, EtcdConfig};
 pub use self::inspect::{HeldAs, Holder, Inspection};
 pub use self::listener::{HandOff, Handed, ReleaseListener};
 pub use self::memory::MemoryBackend;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use self::postgres::{
+    POSTGRES_MAX_KEY_LEN, POSTGRES_MIGRATION, PostgresBackend, PostgresConfig,
+};
 pub use self::redis::{RedisBackend, RedisConfig};
 pub(crate) use self::redis::{open_manager, send_once_more};
 pub use self::redlock::RedlockBackend;
@@ -139,7 +147,7 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// A short name for logs and metrics (the `backend` label): `redis`,
-    /// `sentinel`, `cluster`, `redlock`, `etcd`, `memory`; `custom` by
+    /// `sentinel`, `cluster`, `redlock`, `etcd`, `postgres`, `memory`; `custom` by
     /// default.
     fn name(&self) -> &'static str {
         "custom"

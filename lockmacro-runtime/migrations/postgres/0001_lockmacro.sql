@@ -1,0 +1,263 @@
+-- lockmacro's PostgreSQL schema (lockmacro-runtime, feature `postgres`).
+--
+-- The backend runs this file itself when its tables are missing. Run it
+-- yourself (psql, sqlx migrate, refinery, ...) when the backend's user may
+-- not create tables, then grant that user SELECT, INSERT, UPDATE and DELETE
+-- on the four tables and EXECUTE on the functions. Running it again changes
+-- nothing.
+--
+-- Every expiry is set and compared on the server's clock
+-- (`clock_timestamp()`): clients' clocks do not matter, and nothing depends
+-- on holding a session, so it works through a pooler in transaction mode.
+
+-- One row per lock key: the owner's token, the value (token, then metadata)
+-- and when the lease ends. A row whose lease ended is free.
+CREATE TABLE IF NOT EXISTS lockmacro_locks (
+    key        text        PRIMARY KEY CHECK (octet_length(key) <= 1024),
+    token      text        NOT NULL,
+    value      text        NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+
+-- Fencing counters, one per fence key: advanced in the transaction that
+-- takes the lock, never reset, so tokens never go backwards.
+CREATE TABLE IF NOT EXISTS lockmacro_fences (
+    key   text   PRIMARY KEY,
+    value bigint NOT NULL
+);
+
+-- Fair waiters, in arrival order (`seq`), each until its wait ends.
+CREATE TABLE IF NOT EXISTS lockmacro_queue (
+    key        text        NOT NULL,
+    token      text        NOT NULL,
+    seq        bigint      GENERATED ALWAYS AS IDENTITY,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (key, token)
+);
+CREATE INDEX IF NOT EXISTS lockmacro_queue_line ON lockmacro_queue (key, seq);
+
+-- Tokens given back while they held nothing: an acquire sent with one of
+-- them (cancelled by its caller, its statement still on its way or waiting
+-- its turn) must not take the keys after the give-back. Kept a minute.
+CREATE TABLE IF NOT EXISTS lockmacro_given_back (
+    token      text        PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lockmacro_given_back_expiry ON lockmacro_given_back (expires_at);
+
+-- Milliseconds left in an interval, rounded up, never negative.
+CREATE OR REPLACE FUNCTION lockmacro_ms(left_over interval) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT greatest(0, ceil(extract(epoch FROM left_over) * 1000))::bigint
+$$;
+
+-- The next fencing token of `fence_key` (NULL: none asked). A retry of an
+-- acquire that already went through gets the token minted the first time.
+CREATE OR REPLACE FUNCTION lockmacro_fence(fence_key text, retried boolean) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    minted bigint;
+BEGIN
+    IF fence_key IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF retried THEN
+        SELECT f.value INTO minted FROM lockmacro_fences f WHERE f.key = fence_key;
+        IF FOUND THEN
+            RETURN minted;
+        END IF;
+    END IF;
+    INSERT INTO lockmacro_fences AS f (key, value) VALUES (fence_key, 1)
+        ON CONFLICT (key) DO UPDATE SET value = f.value + 1
+        RETURNING f.value INTO minted;
+    RETURN minted;
+END
+$$;
+
+-- Serialises the acquires of one key for the rest of the transaction.
+CREATE OR REPLACE FUNCTION lockmacro_guard(lock_key text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(1819239275, hashtext(lock_key))
+$$;
+
+-- Whether the token of `lock_value` was given back (see
+-- `lockmacro_given_back`): its acquire is then refused as busy.
+CREATE OR REPLACE FUNCTION lockmacro_was_given_back(lock_value text, now_ timestamptz)
+RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM lockmacro_given_back g
+            WHERE g.token = left(lock_value, 32) AND g.expires_at > now_
+    )
+$$;
+
+-- Takes every key of `lock_keys` (sorted) for `ttl_ms`, or none of them.
+-- Returns one row: `busy` (the index of a key held by someone else or with
+-- fair waiters queued, NULL when taken), the milliseconds left of what
+-- holds it, and the fencing token.
+CREATE OR REPLACE FUNCTION lockmacro_acquire(
+    lock_keys text[], lock_value text, ttl_ms bigint, fence_key text
+) RETURNS TABLE (busy integer, left_ms bigint, fence bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    lock_key text;
+    now_ timestamptz;
+    held record;
+    queued timestamptz;
+    idx integer := 0;
+    ours integer := 0;
+BEGIN
+    FOREACH lock_key IN ARRAY lock_keys LOOP
+        PERFORM lockmacro_guard(lock_key);
+    END LOOP;
+    now_ := clock_timestamp();
+    IF lockmacro_was_given_back(lock_value, now_) THEN
+        RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    FOREACH lock_key IN ARRAY lock_keys LOOP
+        SELECT l.value, l.expires_at INTO held
+            FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
+        IF FOUND THEN
+            IF held.value <> lock_value THEN
+                RETURN QUERY SELECT idx, lockmacro_ms(held.expires_at - now_), NULL::bigint;
+                RETURN;
+            END IF;
+            ours := ours + 1;
+        ELSE
+            -- Fair waiters are served first: an ordinary obtain does not
+            -- overtake them.
+            SELECT min(q.expires_at) INTO queued
+                FROM lockmacro_queue q WHERE q.key = lock_key AND q.expires_at > now_;
+            IF queued IS NOT NULL THEN
+                RETURN QUERY SELECT idx, lockmacro_ms(queued - now_), NULL::bigint;
+                RETURN;
+            END IF;
+        END IF;
+        idx := idx + 1;
+    END LOOP;
+    INSERT INTO lockmacro_locks AS l (key, token, value, expires_at)
+        SELECT k, left(lock_value, 32), lock_value, now_ + ttl_ms * interval '1 millisecond'
+        FROM unnest(lock_keys) AS k
+        ON CONFLICT (key) DO UPDATE
+            SET token = excluded.token, value = excluded.value, expires_at = excluded.expires_at;
+    RETURN QUERY SELECT NULL::integer, NULL::bigint,
+        lockmacro_fence(fence_key, ours = cardinality(lock_keys));
+END
+$$;
+
+-- A fair attempt on one key: takes it when it is free and nobody is queued
+-- ahead, else joins its queue (once) for `wait_ms` (0: does not join).
+-- Returns what `lockmacro_acquire` does.
+CREATE OR REPLACE FUNCTION lockmacro_acquire_fair(
+    lock_key text, lock_value text, ttl_ms bigint, wait_ms bigint, fence_key text
+) RETURNS TABLE (busy integer, left_ms bigint, fence bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ timestamptz;
+    waiter text := left(lock_value, 32);
+    held record;
+    head record;
+BEGIN
+    PERFORM lockmacro_guard(lock_key);
+    now_ := clock_timestamp();
+    IF lockmacro_was_given_back(lock_value, now_) THEN
+        RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    SELECT l.value, l.expires_at INTO held
+        FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
+    IF FOUND AND held.value = lock_value THEN
+        UPDATE lockmacro_locks SET expires_at = now_ + ttl_ms * interval '1 millisecond'
+            WHERE key = lock_key;
+        RETURN QUERY SELECT NULL::integer, NULL::bigint, lockmacro_fence(fence_key, true);
+        RETURN;
+    END IF;
+    DELETE FROM lockmacro_queue q WHERE q.key = lock_key AND q.expires_at <= now_;
+    SELECT q.token, q.expires_at INTO head
+        FROM lockmacro_queue q WHERE q.key = lock_key ORDER BY q.seq LIMIT 1;
+    IF held IS NULL AND (head IS NULL OR head.token = waiter) THEN
+        DELETE FROM lockmacro_queue q WHERE q.key = lock_key AND q.token = waiter;
+        INSERT INTO lockmacro_locks AS l (key, token, value, expires_at)
+            VALUES (lock_key, waiter, lock_value, now_ + ttl_ms * interval '1 millisecond')
+            ON CONFLICT (key) DO UPDATE
+                SET token = excluded.token, value = excluded.value, expires_at = excluded.expires_at;
+        RETURN QUERY SELECT NULL::integer, NULL::bigint, lockmacro_fence(fence_key, false);
+        RETURN;
+    END IF;
+    IF wait_ms > 0 THEN
+        INSERT INTO lockmacro_queue (key, token, expires_at)
+            VALUES (lock_key, waiter, now_ + wait_ms * interval '1 millisecond')
+            ON CONFLICT (key, token) DO NOTHING;
+    END IF;
+    RETURN QUERY SELECT 0, lockmacro_ms(coalesce(held.expires_at, head.expires_at) - now_),
+        NULL::bigint;
+END
+$$;
+
+-- Extends many leases at once: lease `leases[i]` owns key `lock_keys[i]`
+-- with token `tokens[i]` and is extended to `ttls_ms[i]`, if it still holds
+-- every one of its keys. Returns the leases extended.
+CREATE OR REPLACE FUNCTION lockmacro_refresh(
+    lock_keys text[], tokens text[], ttls_ms bigint[], leases integer[]
+) RETURNS SETOF integer
+LANGUAGE sql AS $$
+    WITH wanted AS (
+        SELECT * FROM unnest(lock_keys, tokens, ttls_ms, leases) AS w(key, token, ttl_ms, lease)
+    ), owned AS (
+        SELECT w.lease FROM wanted w
+            LEFT JOIN lockmacro_locks l
+                ON l.key = w.key AND l.token = w.token AND l.expires_at > clock_timestamp()
+            GROUP BY w.lease HAVING count(l.key) = count(*)
+    ), extended AS (
+        UPDATE lockmacro_locks l
+            SET expires_at = clock_timestamp() + w.ttl_ms * interval '1 millisecond'
+            FROM wanted w JOIN owned o ON o.lease = w.lease
+            WHERE l.key = w.key AND l.token = w.token
+            RETURNING w.lease
+    )
+    SELECT DISTINCT lease FROM extended
+$$;
+
+-- Deletes the keys that `token` holds and its places in their queues, and
+-- tells the waiters (channel `lockmacro_release`, the key as payload).
+-- Waits for acquires of the keys in progress, and when `token` held none
+-- of them, remembers it as given back. Returns whether every key was still
+-- held by `token`.
+CREATE OR REPLACE FUNCTION lockmacro_release(lock_keys text[], owner text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    live integer;
+    deleted integer;
+    lock_key text;
+BEGIN
+    FOREACH lock_key IN ARRAY lock_keys LOOP
+        PERFORM lockmacro_guard(lock_key);
+    END LOOP;
+    SELECT count(*) INTO deleted FROM lockmacro_locks l
+        WHERE l.key = ANY (lock_keys) AND l.token = owner;
+    IF deleted = 0 THEN
+        DELETE FROM lockmacro_given_back g WHERE g.expires_at <= clock_timestamp();
+        INSERT INTO lockmacro_given_back (token, expires_at)
+            VALUES (owner, clock_timestamp() + interval '1 minute')
+            ON CONFLICT (token) DO UPDATE SET expires_at = excluded.expires_at;
+    END IF;
+    WITH gone AS (
+        DELETE FROM lockmacro_locks l WHERE l.key = ANY (lock_keys) AND l.token = owner
+            RETURNING l.key, l.expires_at > clock_timestamp() AS alive
+    ), left_line AS (
+        DELETE FROM lockmacro_queue q WHERE q.key = ANY (lock_keys) AND q.token = owner
+            RETURNING q.key
+    ), told AS (
+        SELECT pg_notify('lockmacro_release', k.key)
+            FROM (SELECT g.key FROM gone g UNION SELECT l.key FROM left_line l) k
+    )
+    SELECT (SELECT count(*) FROM gone g WHERE g.alive) + 0 * (SELECT count(*) FROM told)
+        INTO live;
+    RETURN live = cardinality(lock_keys);
+END
+$$;
+
+-- What the backend checks for before it creates anything.
+CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$;

@@ -1,0 +1,75 @@
+//! PostgreSQL and pool errors as [`BackendError`]s: what went wrong and
+//! what to do.
+
+use std::time::Duration;
+
+use crate::error::{BackendError, BackendErrorKind};
+
+/// Where the migration lives, for the errors that ask a user to run it.
+pub(super) const RUN_THE_MIGRATION: &str = "run lockmacro's migration \
+    (`lockmacro-runtime/migrations/postgres/0001_lockmacro.sql`, also \
+    `lockmacro_runtime::POSTGRES_MIGRATION`) as a user who may create tables, \
+    and grant this user SELECT, INSERT, UPDATE, DELETE on the `lockmacro_*` tables";
+
+/// `err`, met while doing `what` on the server `server`.
+pub(super) fn backend_error(server: &str, what: &str, err: sqlx::Error) -> BackendError {
+    let (kind, message) = match &err {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|code| code.into_owned()).unwrap_or_default();
+            let kind = match code.as_str() {
+                // invalid_password, invalid_authorization_specification
+                "28P01" | "28000" => BackendErrorKind::Authentication,
+                // insufficient_privilege
+                "42501" => BackendErrorKind::Permission,
+                // admin_shutdown, crash_shutdown, cannot_connect_now,
+                // too_many_connections
+                "57P01" | "57P02" | "57P03" | "53300" => BackendErrorKind::Unreachable,
+                // query_canceled (statement_timeout)
+                "57014" => BackendErrorKind::Timeout,
+                _ => BackendErrorKind::Other,
+            };
+            let mut message = format!("{} (SQLSTATE {code})", db.message());
+            if kind == BackendErrorKind::Permission {
+                message.push_str(": ");
+                message.push_str(RUN_THE_MIGRATION);
+            } else if code == "42883" || code == "42P01" {
+                // undefined_function, undefined_table: the schema is gone.
+                message.push_str(": lockmacro's tables or functions are missing; ");
+                message.push_str(RUN_THE_MIGRATION);
+            }
+            (kind, message)
+        }
+        sqlx::Error::Io(io) => (BackendErrorKind::Unreachable, io.to_string()),
+        sqlx::Error::Tls(tls) => (BackendErrorKind::Tls, tls.to_string()),
+        sqlx::Error::PoolTimedOut => (
+            BackendErrorKind::Timeout,
+            "no connection could be had within the connect timeout: the pool's connections \
+             are all in use, or the server does not answer"
+                .to_owned(),
+        ),
+        sqlx::Error::PoolClosed => (
+            BackendErrorKind::Unreachable,
+            "the connection pool was closed".to_owned(),
+        ),
+        other => (BackendErrorKind::Other, other.to_string()),
+    };
+    BackendError::new(kind, format!("postgres {server}: {what}"), message).with_source(err)
+}
+
+/// A statement that did not answer within `limit`.
+pub(super) fn timed_out(server: &str, what: &str, limit: Duration) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Timeout,
+        format!("postgres {server}: {what}"),
+        format!("no answer within {limit:?}"),
+    )
+}
+
+/// A reply whose shape the backend did not expect.
+pub(super) fn unexpected(server: &str, what: &str, reply: impl std::fmt::Display) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Other,
+        format!("postgres {server}: {what}"),
+        format!("unexpected reply: {reply}"),
+    )
+}

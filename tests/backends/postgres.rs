@@ -1,0 +1,176 @@
+//! Bad input on the PostgreSQL backend: each a clear error within its
+//! bound, nothing left behind.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockmacro_runtime::{
+    BackendErrorKind, LockError, Locker, ObtainOptions, POSTGRES_MIGRATION, PostgresBackend,
+    PostgresConfig,
+};
+use lockmacro_testkit::Fixture;
+use lockmacro_testkit::pgdb::PostgresDb;
+use lockmacro_testkit::postgres::PostgresServer;
+use sqlx::postgres::PgPoolOptions;
+
+/// The hang limit of every call below.
+const HANG: Duration = Duration::from_secs(30);
+
+fn backend_error(result: Result<impl std::fmt::Debug, LockError>) -> (BackendErrorKind, String) {
+    match result {
+        Err(LockError::Backend(err)) => (err.kind(), err.to_string()),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+}
+
+async fn connect(url: &str, config: PostgresConfig) -> Result<PostgresBackend, LockError> {
+    tokio::time::timeout(HANG, PostgresBackend::connect_with(url, config))
+        .await
+        .expect("connect hung")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_fails_within_the_connect_timeout() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres:x@127.0.0.1:{port}/db");
+    let config = PostgresConfig::default().connect_timeout(Duration::from_secs(1));
+    let (kind, message) = backend_error(connect(&url, config).await);
+    assert!(
+        matches!(
+            kind,
+            BackendErrorKind::Unreachable | BackendErrorKind::Timeout
+        ),
+        "{kind:?}: {message}"
+    );
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_an_authentication_error() {
+    let fx = Fixture::own_postgres().await;
+    let db = fx.postgres_db().unwrap();
+    db.execute("CREATE ROLE app LOGIN PASSWORD 'right'").await;
+    let url = format!(
+        "postgres://app:wrong@127.0.0.1:{}/{}",
+        db.server().port(),
+        db.name()
+    );
+    let (kind, message) = backend_error(connect(&url, PostgresConfig::default()).await);
+    assert_eq!(kind, BackendErrorKind::Authentication, "{message}");
+    assert!(!message.contains("wrong"), "the password leaked: {message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_create_the_tables_is_told_which_migration_to_run() {
+    let server = Arc::new(
+        tokio::task::spawn_blocking(PostgresServer::start)
+            .await
+            .unwrap(),
+    );
+    let name = server.database().await;
+    server
+        .execute("postgres", "CREATE ROLE weak LOGIN PASSWORD 'weak'")
+        .await;
+    let url = format!("postgres://weak:weak@127.0.0.1:{}/{name}", server.port());
+    let (kind, message) = backend_error(connect(&url, PostgresConfig::default()).await);
+    assert_eq!(kind, BackendErrorKind::Permission, "{message}");
+    assert!(
+        message.contains("migrations/postgres/0001_lockmacro.sql"),
+        "{message}"
+    );
+    // Nothing half-created: the migration runs in one transaction.
+    let tables = "SELECT count(*)::text FROM pg_class WHERE relname LIKE 'lockmacro%'";
+    let db = PostgresDb::existing(server.clone(), &name);
+    assert_eq!(db.column(tables).await, [Some("0".to_owned())]);
+    // Told not to create it, the backend names the migration too.
+    let config = PostgresConfig::default().create_schema(false);
+    let (_, message) = backend_error(connect(&db.url(), config).await);
+    assert!(message.contains("0001_lockmacro.sql"), "{message}");
+
+    // Run by the owner, with the grants it asks for, the weak user locks.
+    db.execute(POSTGRES_MIGRATION).await;
+    db.execute(
+        "GRANT SELECT, INSERT, UPDATE, DELETE \
+         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back TO weak",
+    )
+    .await;
+    let locker = Locker::new(connect(&url, PostgresConfig::default()).await.unwrap());
+    let lock = locker
+        .obtain(
+            "job",
+            Duration::from_secs(5),
+            ObtainOptions::new().fence().fair(),
+        )
+        .await
+        .unwrap();
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_too_long_for_the_column_is_refused_before_anything_is_sent() {
+    let fx = Fixture::postgres().await;
+    let locker = fx.locker().await;
+    let key = "k".repeat(lockmacro_runtime::backend::POSTGRES_MAX_KEY_LEN + 1);
+    let err = locker
+        .obtain(&key, Duration::from_secs(5), ObtainOptions::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+    let rows = "SELECT count(*)::text FROM lockmacro_locks";
+    assert_eq!(
+        fx.postgres_db().unwrap().column(rows).await,
+        [Some("0".to_owned())]
+    );
+    // The longest key that fits is taken.
+    let key =
+        "k".repeat(lockmacro_runtime::backend::POSTGRES_MAX_KEY_LEN - fx.namespace().len() - 1);
+    let lock = fx.check(
+        locker
+            .obtain(&key, Duration::from_secs(5), ObtainOptions::new())
+            .await,
+        "obtain",
+    );
+    fx.check(lock.release().await, "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_free_connections_fails_within_its_acquire_timeout() {
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_millis(500))
+        .connect(&db.url())
+        .await
+        .unwrap();
+    let locker = Locker::postgres_pool(pool.clone())
+        .await
+        .unwrap()
+        .with_namespace(fx.namespace());
+    let taken = pool.acquire().await.unwrap();
+    let obtain = locker.obtain("job", Duration::from_secs(5), ObtainOptions::new());
+    let result = tokio::time::timeout(HANG, obtain)
+        .await
+        .expect("obtain hung");
+    let (kind, message) = backend_error(result);
+    assert_eq!(kind, BackendErrorKind::Timeout, "{message}");
+    assert!(message.contains("pool"), "{message}");
+    assert!(
+        !fx.is_held("job").await,
+        "the failed obtain left the key held"
+    );
+    drop(taken);
+    let lock = fx.check(
+        locker
+            .obtain("job", Duration::from_secs(5), ObtainOptions::new())
+            .await,
+        "obtain once a connection is free",
+    );
+    fx.check(lock.release().await, "release");
+}

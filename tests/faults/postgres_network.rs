@@ -1,0 +1,190 @@
+//! The PostgreSQL backend's connections failing: killed by the server
+//! (`pg_terminate_backend`), black-holed by the network, or gone with a
+//! holder process killed by SIGKILL.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use lockmacro_runtime::{
+    LockError, Locker, ObtainOptions, PostgresBackend, PostgresConfig, RetryStrategy,
+    distributed_lock,
+};
+use lockmacro_testkit::Fixture;
+use lockmacro_testkit::pgdb::{PostgresDb, quote};
+use lockmacro_testkit::postgres::PASSWORD;
+use lockmacro_testkit::proxy::Proxy;
+
+use crate::process::rerun_as_child;
+
+/// The hang limit of every wait below.
+const HANG: Duration = Duration::from_secs(30);
+/// Set, to the database's URL, for the child process that holds the lock.
+const HOLDER_ENV: &str = "LOCKMACRO_FAULTS_POSTGRES_HOLDER";
+
+/// The pid of the session that listens for releases, once there is one
+/// other than `not`.
+async fn listening_session(db: &PostgresDb, not: Option<&str>) -> String {
+    let sql = format!(
+        "SELECT pid::text FROM pg_stat_activity WHERE datname = {} \
+         AND query = 'LISTEN \"lockmacro_release\"'",
+        quote(db.name())
+    );
+    let found = tokio::time::timeout(HANG, async {
+        loop {
+            let pids = db.column(&sql).await;
+            if let Some(pid) = pids
+                .into_iter()
+                .flatten()
+                .find(|pid| Some(pid.as_str()) != not)
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| db.server().fail("no session listens for releases"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_are_replaced_and_a_waiter_still_hears_the_release() {
+    let fx = Fixture::own_postgres().await;
+    let db = fx.postgres_db().expect("a PostgreSQL fixture");
+    let (holder, waiter) = (fx.locker().await, fx.locker().await);
+    let lock = fx.check(
+        holder
+            .obtain("job", Duration::from_secs(60), ObtainOptions::new())
+            .await,
+        "obtain",
+    );
+    // Only a wake-up can end this wait before its deadline: its pause is a
+    // minute, and the holder's lease as long.
+    let opts = ObtainOptions::new()
+        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(25)));
+    let waiting =
+        tokio::spawn(async move { waiter.obtain("job", Duration::from_secs(5), opts).await });
+    let first = listening_session(db, None).await;
+    assert!(db.terminate_sessions().await > 0, "no session to end");
+    // The listener connects again, and the waiter listens anew.
+    listening_session(db, Some(&first)).await;
+    // The holder's pool replaces its connection: the lease is still there.
+    fx.check(
+        lock.refresh(Duration::from_secs(60)).await,
+        "refresh after the kill",
+    );
+    fx.check(lock.release().await, "release after the kill");
+    let obtained = tokio::time::timeout(HANG, waiting)
+        .await
+        .expect("the waiter hung")
+        .expect("the waiter panicked");
+    fx.check(obtained, "the waiter, woken by the release")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn black_hole_loses_the_lease_on_its_local_deadline_and_a_contender_moves_on() {
+    let fx = Fixture::own_postgres().await;
+    let db = fx.postgres_db().expect("a PostgreSQL fixture");
+    let proxy = Proxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, db.server().port())));
+    let url = format!(
+        "postgres://postgres:{PASSWORD}@127.0.0.1:{}/{}",
+        proxy.addr().port(),
+        db.name()
+    );
+    let config = PostgresConfig::default().response_timeout(Duration::from_secs(3));
+    let backend = fx.check(PostgresBackend::connect_with(&url, config).await, "connect");
+    let holder = Locker::new(backend);
+    let contender = fx.locker().await;
+    let guard = fx
+        .check(
+            holder
+                .obtain("job", Duration::from_secs(1), ObtainOptions::new())
+                .await,
+            "obtain",
+        )
+        .keep_alive();
+    proxy.black_hole();
+    let lost = tokio::time::timeout(HANG, guard.lost()).await;
+    lost.expect("the lease was not reported lost behind a black hole");
+    let waiting = ObtainOptions::new()
+        .retry(RetryStrategy::linear(Duration::from_millis(50)).deadline(Duration::from_secs(15)));
+    let lock = fx.check(
+        contender
+            .obtain("job", Duration::from_secs(5), waiting)
+            .await,
+        "the contender once the lease ran out",
+    );
+    proxy.heal();
+    fx.check(lock.release().await, "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_killed_mid_body_frees_the_lock_once_its_lease_ends() {
+    if let Ok(url) = std::env::var(HOLDER_ENV) {
+        return hold_until_killed(&url).await;
+    }
+    let fx = Fixture::own_postgres().await;
+    let db = fx.postgres_db().expect("a PostgreSQL fixture");
+    let mut holder = rerun_as_child(
+        "postgres_network::holder_killed_mid_body_frees_the_lock_once_its_lease_ends",
+        HOLDER_ENV,
+        &db.url(),
+    );
+    let stdout = holder.0.stdout.take().unwrap();
+    let inside = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout).lines().find_map(|line| {
+            line.ok()?
+                .strip_prefix("inside, fence ")?
+                .parse::<u64>()
+                .ok()
+        })
+    });
+    let held = tokio::time::timeout(HANG, inside)
+        .await
+        .expect("the holder did not get inside")
+        .unwrap()
+        .expect("the holder exited without getting inside");
+    let contender = fx.locker().await;
+    assert!(
+        contender
+            .obtain("job", Duration::from_secs(1), ObtainOptions::new())
+            .await
+            .is_err_and(|err| err.is_not_obtained()),
+        "the contender got in while the holder was alive"
+    );
+    holder.0.kill().unwrap();
+    holder.0.wait().unwrap();
+    let waiting = ObtainOptions::new()
+        .fence()
+        .retry(RetryStrategy::linear(Duration::from_millis(20)).deadline(Duration::from_secs(20)));
+    let lock = fx.check(
+        contender
+            .obtain("job", Duration::from_secs(1), waiting)
+            .await,
+        "obtain after the holder died",
+    );
+    assert!(
+        lock.fence_token().unwrap() > held,
+        "the fence token went backwards"
+    );
+    fx.check(lock.release().await, "release");
+}
+
+/// The child process's part: takes the lock and holds it until killed.
+async fn hold_until_killed(url: &str) {
+    let locker = Locker::postgres(url).await.unwrap();
+
+    #[distributed_lock(key = "job", ttl = "1s", locker = locker, fence, guard = lease)]
+    async fn job(locker: &Locker) -> Result<(), LockError> {
+        let _ = locker;
+        println!("inside, fence {}", lease.fence_token().unwrap());
+        // The parent kills this process here. Bounded, in case it is gone.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(())
+    }
+
+    job(&locker).await.unwrap();
+}
