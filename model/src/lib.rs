@@ -1,0 +1,41 @@
+//! Exhaustively checked models of lockmacro's Redis lock protocol, built on
+//! [stateright](https://docs.rs/stateright).
+//!
+//! Each model is a small state machine: a server running the transitions of
+//! the Lua scripts (each names the script and the lines it mirrors), clients
+//! running the runtime's side of them (`wait.rs`, `lease.rs`,
+//! `watchdog.rs`), and a network that loses and delays. The clock advances
+//! in whole ticks up to a horizon, which keeps every state space finite, so
+//! the checker visits every state. `docs/model.md` says what is modelled and
+//! what is not, and what the checker found.
+//!
+//! | model | protocol |
+//! |---|---|
+//! | [`Plain`] | `SET NX` / `acquire.lua`, `refresh.lua`, `release.lua`, the waiters flag |
+//! | [`Fair`] | `acquire_fair.lua`, `grant.lua`, `confirm.lua`, the queue and grant leases |
+//! | [`Shares`] | `acquire_shared.lua`: permits, and read-write locks |
+//! | [`Fences`] | `fence.lua`: counters seeded from the clock, expiring, lost on restart |
+//!
+//! ```
+//! use lockmacro_model::{Fences, Timing};
+//! use stateright::{Checker, Model};
+//!
+//! let checker = Fences::new(2, Timing::default()).checker().spawn_bfs().join();
+//! checker.assert_properties();
+//! ```
+
+mod fair;
+mod fences;
+mod plain;
+mod scripts;
+mod shares;
+mod time;
+
+pub use fair::{Entry, Fair, FairAction, FairMsg, FairMutations, FairOp, FairState, Held, Waiter};
+pub use fences::{Fences, FencesAction, FencesMutations, FencesState, Taker};
+pub use plain::{Answer, Client, Msg, Op, Phase, Plain, PlainAction, PlainMutations, PlainState};
+pub use scripts::{SCRIPTS, Script};
+pub use shares::{
+    Flight, Holder, ShareOp, Shares, SharesAction, SharesKind, SharesMutations, SharesState,
+};
+pub use time::Timing;
