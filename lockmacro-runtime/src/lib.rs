@@ -564,6 +564,8 @@ mod options;
 mod reentry;
 mod retry;
 mod rules;
+#[cfg(feature = "tower")]
+mod tower;
 mod wait;
 mod watchdog;
 
@@ -592,5 +594,8 @@ pub use crate::lock::Lock;
 pub use crate::locker::Locker;
 pub use crate::options::{Fencing, ObtainOptions};
 pub use crate::retry::RetryStrategy;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use crate::tower::{HttpResponses, LockLayer, LockResponses, LockService};
 #[doc(inline)]
 pub use lockmacro::distributed_lock;
