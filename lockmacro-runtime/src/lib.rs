@@ -99,6 +99,7 @@
 //! | `cluster` | Redis Cluster: `Locker::cluster`, `ClusterBackend` | off |
 //! | `metrics` | counters, histograms and a gauge through the `metrics` facade (see [Metrics](#metrics)) | off |
 //! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend` (its build needs `protoc`) | off |
+//! | `tower` | `LockLayer`: a lock per request in a tower stack (axum, tonic; see [A lock per request](#a-lock-per-request)) | off |
 //!
 //! ## Backends
 //!
@@ -409,6 +410,29 @@
 //! ```
 //!
 //! `examples/fencing.rs` runs this story with the attribute, on both stores.
+//!
+//! ## A lock per request
+//!
+//! With the `tower` feature, `LockLayer` locks whole requests in an axum
+//! router or a tonic server, rather than one handler: a closure computes the
+//! key from the request (`None`: no lock), the layer's [`HoldOptions`] say
+//! how it is taken, and the watchdog keeps the lease while the inner
+//! service's future runs. The key is given back once the response is
+//! produced, or when the client goes away and the future is dropped. By
+//! default (`HttpResponses`) a busy key answers `409 Conflict` with
+//! `Retry-After` (the holder's remaining lease, rounded up to whole
+//! seconds), a lost lease or an unavailable lock store
+//! `503 Service Unavailable`; `LockLayer::responses` takes a closure for
+//! other answers, a gRPC `Status` among them.
+//!
+//! ```text
+//! let app = Router::new()
+//!     .route("/invoices/{id}/send", post(send_invoice))
+//!     .layer(LockLayer::new(locker, HoldOptions::new(Duration::from_secs(30)), |request: &Request| {
+//!         let id = request.uri().path().strip_prefix("/invoices/")?.strip_suffix("/send")?;
+//!         Some(format!("invoice:{id}"))
+//!     }));
+//! ```
 //!
 //! ## Leader election
 //!
