@@ -434,6 +434,17 @@
 //!     }));
 //! ```
 //!
+//! ## Scheduled jobs
+//!
+//! Where every instance runs the same schedule, lock each fire, not the
+//! job: a key per fire time (`"report:{fire_time}"`, the schedule's tick,
+//! which every instance names alike), held at least for the fire interval
+//! ([`HoldOptions::hold_at_least`], the attribute's `hold_at_least`). The
+//! first instance to fire runs the job; the key outlives it, so an instance
+//! whose clock is behind by less than the interval finds it held and skips
+//! the fire rather than run it again. `examples/scheduled.rs` does this with
+//! `tokio-cron-scheduler`.
+//!
 //! ## Leader election
 //!
 //! [`Locker::election`] makes a lock key a role that instances take turns
