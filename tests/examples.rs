@@ -317,3 +317,54 @@ fn scheduler_as_processes_on_redis_is_taken_over_after_each_kill() {
     let held: bool = server.cmd(&["EXISTS", "demo:scheduler"]);
     assert!(!held, "the last leader did not resign:\n{output}");
 }
+
+/// Three instances of the cron example, as processes on one Redis, each
+/// with its clock further behind; each fire is run by exactly one.
+#[test]
+fn scheduled_instances_with_skewed_clocks_run_each_fire_once() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let instances: Vec<_> = ["0", "400", "900"]
+        .into_iter()
+        .map(|skew| {
+            let mut command = example("scheduled");
+            command
+                .env("REDIS_URL", server.url())
+                .env("SCHEDULED_SKEW_MS", skew)
+                .env("SCHEDULED_RUNS", &runs)
+                .env("SCHEDULED_FOR_SECS", "9");
+            command
+        })
+        .map(|mut command| {
+            command
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            command.spawn().expect("start an instance")
+        })
+        .collect();
+    // Each stops by itself after its nine seconds.
+    let mut outputs = String::new();
+    for instance in instances {
+        let output = instance.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        assert!(stderr.is_empty(), "{stderr}");
+        outputs.push_str(&stdout);
+    }
+    let recorded = std::fs::read_to_string(&runs).expect("runs were recorded");
+    let mut per_fire: std::collections::BTreeMap<u64, Vec<u32>> = Default::default();
+    for line in recorded.lines() {
+        let (fire, pid) = line.split_once(' ').expect("`fire pid`");
+        per_fire
+            .entry(fire.parse().unwrap())
+            .or_default()
+            .push(pid.parse().unwrap());
+    }
+    assert!(per_fire.len() >= 3, "too few fires:\n{recorded}\n{outputs}");
+    for (fire, pids) in &per_fire {
+        assert_eq!(pids.len(), 1, "fire {fire} ran on {pids:?}\n{outputs}");
+    }
+    assert!(outputs.contains("run elsewhere"), "{outputs}");
+}

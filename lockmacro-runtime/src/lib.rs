@@ -100,6 +100,7 @@
 //! | `metrics` | counters, histograms and a gauge through the `metrics` facade (see [Metrics](#metrics)) | off |
 //! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend` (its build needs `protoc`) | off |
 //! | `postgres` | a PostgreSQL backend on sqlx: `Locker::postgres`, `Locker::postgres_pool`, `PostgresBackend` | off |
+//! | `tower` | `LockLayer`: a lock per request in a tower stack (axum, tonic; see [A lock per request](#a-lock-per-request)) | off |
 //!
 //! ## Backends
 //!
@@ -531,6 +532,40 @@
 //!
 //! `examples/fencing.rs` runs this story with the attribute, on both stores.
 //!
+//! ## A lock per request
+//!
+//! With the `tower` feature, `LockLayer` locks whole requests in an axum
+//! router or a tonic server, rather than one handler: a closure computes the
+//! key from the request (`None`: no lock), the layer's [`HoldOptions`] say
+//! how it is taken, and the watchdog keeps the lease while the inner
+//! service's future runs. The key is given back once the response is
+//! produced, or when the client goes away and the future is dropped. By
+//! default (`HttpResponses`) a busy key answers `409 Conflict` with
+//! `Retry-After` (the holder's remaining lease, rounded up to whole
+//! seconds), a lost lease or an unavailable lock store
+//! `503 Service Unavailable`; `LockLayer::responses` takes a closure for
+//! other answers, a gRPC `Status` among them.
+//!
+//! ```text
+//! let app = Router::new()
+//!     .route("/invoices/{id}/send", post(send_invoice))
+//!     .layer(LockLayer::new(locker, HoldOptions::new(Duration::from_secs(30)), |request: &Request| {
+//!         let id = request.uri().path().strip_prefix("/invoices/")?.strip_suffix("/send")?;
+//!         Some(format!("invoice:{id}"))
+//!     }));
+//! ```
+//!
+//! ## Scheduled jobs
+//!
+//! Where every instance runs the same schedule, lock each fire, not the
+//! job: a key per fire time (`"report:{fire_time}"`, the schedule's tick,
+//! which every instance names alike), held at least for the fire interval
+//! ([`HoldOptions::hold_at_least`], the attribute's `hold_at_least`). The
+//! first instance to fire runs the job; the key outlives it, so an instance
+//! whose clock is behind by less than the interval finds it held and skips
+//! the fire rather than run it again. `examples/scheduled.rs` does this with
+//! `tokio-cron-scheduler`.
+//!
 //! ## Leader election
 //!
 //! [`Locker::election`] makes a lock key a role that instances take turns
@@ -702,6 +737,8 @@ mod registry;
 mod retry;
 mod rules;
 mod shutdown;
+#[cfg(feature = "tower")]
+mod tower;
 mod wait;
 mod watchdog;
 
@@ -736,5 +773,8 @@ pub use crate::locker::Locker;
 pub use crate::options::{Fencing, ObtainOptions};
 pub use crate::registry::ShutdownReport;
 pub use crate::retry::RetryStrategy;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use crate::tower::{HttpResponses, LockLayer, LockResponses, LockService};
 #[doc(inline)]
 pub use lockmacro::distributed_lock;
