@@ -89,7 +89,10 @@ impl Kind {
                 FairQueue | Shares | SeveralSlots | ShortLeases | Inspect
             ),
             Kind::Outside => matches!(capability, FairQueue | SeveralSlots | ShortLeases),
-            Kind::Etcd => matches!(capability, FairQueue | Shares | SeveralSlots | Servers),
+            Kind::Etcd => matches!(
+                capability,
+                FairQueue | Shares | SeveralSlots | Servers | Inspect
+            ),
             Kind::Postgres => {
                 matches!(capability, FairQueue | SeveralSlots | ShortLeases | Servers)
             }
@@ -134,7 +137,7 @@ macro_rules! __if_capable {
     (Outside, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Outside, [$($rest),*] $then $else);
     };
-    (Etcd, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Etcd, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(Servers)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Etcd, [$($rest),*] $then $else);
     };
     (Postgres, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {

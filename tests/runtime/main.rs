@@ -195,7 +195,7 @@ mod inspect_on {
         ],
         {
             needs: [],
-            only: [Redis, Cluster, Redlock, Sentinel, Memory, Outside],
+            only: [Redis, Cluster, Redlock, Sentinel, Memory, Outside, Etcd],
             servers: shared
         } => [
             a_refusal_tells_the_holders_lease_and_metadata,
