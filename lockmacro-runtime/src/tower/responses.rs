@@ -31,7 +31,12 @@ use crate::LockError;
 ///     status.into_http()
 /// }
 ///
-/// let busy = LockError::NotObtained { key: "order:7".into(), remaining: None, holder: None };
+/// let busy = LockError::NotObtained {
+///     key: "order:7".into(),
+///     namespace: String::new(),
+///     remaining: None,
+///     holder: None,
+/// };
 /// let response = grpc_status(busy);
 /// assert_eq!(response.headers()["grpc-status"], "10"); // ABORTED
 /// ```
@@ -72,6 +77,7 @@ where
 ///
 /// let busy = LockError::NotObtained {
 ///     key: "order:7".into(),
+///     namespace: String::new(),
 ///     remaining: Some(Duration::from_millis(2300)),
 ///     holder: None,
 /// };
