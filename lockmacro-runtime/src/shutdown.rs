@@ -29,21 +29,21 @@ impl Locker {
     /// What it does, in order:
     ///
     /// - obtains through the locker or a clone fail from now on with
-    ///   [`LockError::ShutDown`], and those still waiting end with it, giving
+    ///   [`LockError::ShutDown`](crate::LockError::ShutDown), and those still waiting end with it, giving
     ///   back their place in a fair queue;
     /// - the watchdog stops, and every lease held (locks, guards, permits,
     ///   read and write shares, leaderships, `#[distributed_lock]` bodies)
     ///   is ended for its holder: [`LockGuard::lost`](crate::LockGuard::lost)
     ///   completes, [`LockGuard::cancellation_token`](crate::LockGuard::cancellation_token)
     ///   is cancelled, a body under [`OnLost::Abort`](crate::OnLost::Abort)
-    ///   is dropped and its call returns [`LockError::ShutDown`];
+    ///   is dropped and its call returns [`LockError::ShutDown`](crate::LockError::ShutDown);
     /// - each lease is given back, and the releases that dropped locks left
     ///   running are waited for.
     ///
     /// A key that `hold_at_least` keeps after its body ended is left to
     /// expire, as it asked. A handle whose lease was given back this way
     /// releases without sending anything (`Ok`), and refuses to refresh
-    /// ([`LockError::ShutDown`]). Calling it again waits again and reports
+    /// ([`LockError::ShutDown`](crate::LockError::ShutDown)). Calling it again waits again and reports
     /// the same leases.
     ///
     /// ```

@@ -259,7 +259,7 @@ fn unsupported(backend: &str, what: &str, key: &str) -> LockError {
 /// Every optional capability of a backend, in one place: what
 /// [`Backend::capabilities`] answers, and what the checks of an obtain read
 /// before anything is sent. An obtain that asks for what its backend lacks
-/// fails with [`BackendErrorKind::Unsupported`](crate::BackendErrorKind::Unsupported).
+/// fails with [`BackendErrorKind::Unsupported`].
 ///
 /// ```
 /// use lockmacro_runtime::MemoryBackend;

@@ -80,7 +80,7 @@ impl Locker {
 ///   custom backend without [`Backend::listen`](crate::backend::Backend::listen))
 ///   candidates try again after a backoff of up to 200 ms.
 /// - **Backend errors.** An attempt that fails in a way trying again may
-///   cure ([`LockError::is_transient`]: the backend could not be reached,
+///   cure ([`LockError::is_transient`](crate::LockError::is_transient): the backend could not be reached,
 ///   did not answer in time or answered with an error of its own) is
 ///   logged as a warning and tried again after a backoff
 ///   ([`backoff`](Self::backoff): from 50 ms, at most the ttl or 5 s, with
@@ -130,7 +130,7 @@ impl Election {
     /// How often the leader refreshes its lease; a third of the ttl by
     /// default. It must be above zero and shorter than the ttl less the
     /// backend's drift margin, or a campaign fails with
-    /// [`LockError::InvalidDuration`] before it sends anything.
+    /// [`LockError::InvalidDuration`](crate::LockError::InvalidDuration) before it sends anything.
     pub fn refresh(mut self, period: Duration) -> Self {
         self.refresh = Some(period);
         self
@@ -145,7 +145,7 @@ impl Election {
     }
 
     /// Serves candidates in the order they started waiting, where the
-    /// backend keeps a queue of waiters ([`ObtainOptions::fair`]: Redis, a
+    /// backend keeps a queue of waiters ([`ObtainOptions::fair`](crate::ObtainOptions::fair): Redis, a
     /// cluster, Sentinel, etcd, memory): a resigning leader hands the role
     /// to the candidate that has waited longest, and cannot win it straight
     /// back. Elsewhere (Redlock, a custom backend without a queue) candidates
