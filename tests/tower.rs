@@ -212,35 +212,27 @@ async fn one_request_per_key_runs_and_the_others_get_409_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_for_different_keys_run_together() {
-    let fixture = Fixture::redis().await;
-    let shared = Arc::new(Shared::with_meeting(2));
-    let instances =
-        two_instances(&fixture, HoldOptions::new(Duration::from_secs(20)), &shared).await;
     // Each handler returns only once both are inside.
-    let (a, b) = within(
-        "both handlers meet",
-        futures::future::join(
-            post_to(instances[0], "/pairs/1"),
-            post_to(instances[1], "/pairs/2"),
-        ),
-    )
-    .await;
-    assert_eq!((a.status, b.status), (StatusCode::OK, StatusCode::OK));
+    both_handlers_meet("/pairs/1", "/pairs/2").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_without_a_key_passes_through_unlocked() {
+    // Under any one key, one of the two would be refused.
+    both_handlers_meet("/free", "/free").await;
+}
+
+/// Sends `first` and `second` to two instances at once, each handler
+/// waiting until both are inside: both answer 200 only if neither request
+/// was refused or held back by the other.
+async fn both_handlers_meet(first: &str, second: &str) {
     let fixture = Fixture::redis().await;
     let shared = Arc::new(Shared::with_meeting(2));
     let instances =
         two_instances(&fixture, HoldOptions::new(Duration::from_secs(20)), &shared).await;
-    // Under any one key, one of the two would be refused.
     let (a, b) = within(
         "both handlers meet",
-        futures::future::join(
-            post_to(instances[0], "/free"),
-            post_to(instances[1], "/free"),
-        ),
+        futures::future::join(post_to(instances[0], first), post_to(instances[1], second)),
     )
     .await;
     assert_eq!((a.status, b.status), (StatusCode::OK, StatusCode::OK));
