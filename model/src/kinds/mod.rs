@@ -201,7 +201,7 @@ impl Kinds {
         true
     }
 
-    /// `force_release.lua` lines 26-37: every lease on the key deleted.
+    /// `force_release.lua` lines 11-22: every lease on the key deleted.
     fn force(&self, s: &mut KindsState) {
         Self::sweep(s);
         let holders: Vec<u8> = match &s.key {
