@@ -280,18 +280,26 @@ impl SentinelBackend {
 
     /// Runs `attempt` on the current master, following a failover as the
     /// type's documentation says; `what` names the call in errors.
-    async fn follow<'a, T, F>(&'a self, what: &str, attempt: F) -> Result<T, LockError>
+    fn follow<'a, T, F, Fut>(
+        &'a self,
+        what: String,
+        attempt: F,
+    ) -> BoxFuture<'a, Result<T, LockError>>
     where
-        F: Fn(Arc<RedisBackend>) -> BoxFuture<'a, Result<T, LockError>>,
+        T: Send + 'a,
+        F: Fn(Arc<RedisBackend>) -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T, LockError>> + Send + 'a,
     {
-        let inner = &self.inner;
-        let policy = Following {
-            deadline: Instant::now() + inner.lookup.config.response_timeout,
-            current: inner.current(),
-            inner,
-            what,
-        };
-        retry::follow(policy, attempt).await
+        Box::pin(async move {
+            let inner = &self.inner;
+            let policy = Following {
+                deadline: Instant::now() + inner.lookup.config.response_timeout,
+                current: inner.current(),
+                inner,
+                what: &what,
+            };
+            retry::follow(policy, attempt).await
+        })
     }
 
     /// Listens through `listen` on the current master; when that gives a
@@ -324,13 +332,10 @@ impl Backend for SentinelBackend {
         &'a self,
         req: AcquireRequest<'a>,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        Box::pin(async move {
-            let what = format!("obtain `{}`", req.keys.join("`, `"));
-            self.follow(&what, move |backend| {
-                Box::pin(async move { backend.acquire(req).await })
-            })
-            .await
-        })
+        self.follow(
+            format!("obtain `{}`", req.keys.join("`, `")),
+            move |backend| async move { backend.acquire(req).await },
+        )
     }
 
     fn refresh<'a>(
@@ -339,13 +344,10 @@ impl Backend for SentinelBackend {
         token: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let what = format!("refresh `{}`", keys.join("`, `"));
-            self.follow(&what, move |backend| {
-                Box::pin(async move { backend.refresh(keys, token, ttl).await })
-            })
-            .await
-        })
+        self.follow(
+            format!("refresh `{}`", keys.join("`, `")),
+            move |backend| async move { backend.refresh(keys, token, ttl).await },
+        )
     }
 
     fn refresh_many<'a>(
@@ -356,17 +358,15 @@ impl Backend for SentinelBackend {
             // All on one server: a failover fails them all, and all are sent
             // again (a refresh acts only on its token, so that is safe).
             let outcome = self
-                .follow("refresh", move |backend| {
-                    Box::pin(async move {
-                        let mut results = backend.refresh_many(requests).await;
-                        match results
-                            .iter()
-                            .position(|result| result.as_ref().is_err_and(failing_over))
-                        {
-                            Some(index) => Err(results.swap_remove(index).unwrap_err()),
-                            None => Ok(results),
-                        }
-                    })
+                .follow("refresh".to_owned(), move |backend| async move {
+                    let mut results = backend.refresh_many(requests).await;
+                    match results
+                        .iter()
+                        .position(|result| result.as_ref().is_err_and(failing_over))
+                    {
+                        Some(index) => Err(results.swap_remove(index).unwrap_err()),
+                        None => Ok(results),
+                    }
                 })
                 .await;
             match outcome {
@@ -401,13 +401,10 @@ impl Backend for SentinelBackend {
         keys: &'a [String],
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let what = format!("release `{}`", keys.join("`, `"));
-            self.follow(&what, move |backend| {
-                Box::pin(async move { backend.release(keys, token).await })
-            })
-            .await
-        })
+        self.follow(
+            format!("release `{}`", keys.join("`, `")),
+            move |backend| async move { backend.release(keys, token).await },
+        )
     }
 
     fn remaining<'a>(
@@ -415,13 +412,10 @@ impl Backend for SentinelBackend {
         keys: &'a [String],
         token: &'a str,
     ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
-        Box::pin(async move {
-            let what = format!("ttl `{}`", keys.join("`, `"));
-            self.follow(&what, move |backend| {
-                Box::pin(async move { backend.remaining(keys, token).await })
-            })
-            .await
-        })
+        self.follow(
+            format!("ttl `{}`", keys.join("`, `")),
+            move |backend| async move { backend.remaining(keys, token).await },
+        )
     }
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
@@ -440,23 +434,16 @@ impl Backend for SentinelBackend {
         key: &'a str,
         fence: &'a str,
     ) -> BoxFuture<'a, Result<Inspection, LockError>> {
-        Box::pin(async move {
-            let what = format!("inspect `{key}`");
-            self.follow(&what, move |backend| {
-                Box::pin(async move { backend.inspect(key, fence).await })
-            })
-            .await
+        self.follow(format!("inspect `{key}`"), move |backend| async move {
+            backend.inspect(key, fence).await
         })
     }
 
     fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let what = format!("force-release `{key}`");
-            self.follow(&what, move |backend| {
-                Box::pin(async move { backend.force_release(key).await })
-            })
-            .await
-        })
+        self.follow(
+            format!("force-release `{key}`"),
+            move |backend| async move { backend.force_release(key).await },
+        )
     }
 
     fn downgrade<'a>(
@@ -464,12 +451,8 @@ impl Backend for SentinelBackend {
         key: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let what = format!("downgrade `{key}`");
-            self.follow(&what, move |backend| {
-                Box::pin(async move { backend.downgrade(key, token).await })
-            })
-            .await
+        self.follow(format!("downgrade `{key}`"), move |backend| async move {
+            backend.downgrade(key, token).await
         })
     }
 }
@@ -497,12 +480,8 @@ impl FairQueue for SentinelBackend {
         token: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let what = format!("confirm `{key}`");
-            self.follow(&what, move |backend| {
-                Box::pin(async move { backend.confirm(key, token, ttl).await })
-            })
-            .await
+        self.follow(format!("confirm `{key}`"), move |backend| async move {
+            backend.confirm(key, token, ttl).await
         })
     }
 }
