@@ -153,25 +153,15 @@ pub(super) struct Tally<Y, N> {
 }
 
 impl RedlockBackend {
-    /// Sends `op` to every master at once, all bounded by `timeout`.
-    pub(super) fn fan_out<Y, N, F, Fut>(
-        &self,
-        timeout: Duration,
-        what: &'static str,
-        op: F,
-    ) -> Fanout<Y, N>
-    where
-        Y: Send + 'static,
-        N: Send + 'static,
-        F: Fn(RedisBackend) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Answer<Y, N>, LockError>> + Send + 'static,
-    {
-        self.fan_out_to(0..self.inner.masters.len(), timeout, what, op)
+    /// The index of every master, for [`fan_out`](Self::fan_out) to ask
+    /// them all.
+    pub(super) fn masters(&self) -> std::ops::Range<usize> {
+        0..self.inner.masters.len()
     }
 
     /// Sends `op` to the masters at `indices` at once, all bounded by
     /// `timeout`.
-    pub(super) fn fan_out_to<Y, N, F, Fut>(
+    pub(super) fn fan_out<Y, N, F, Fut>(
         &self,
         indices: impl IntoIterator<Item = usize>,
         timeout: Duration,

@@ -204,7 +204,7 @@ impl RedlockBackend {
             }),
         };
         // Each attempt is bounded by the connect and response timeouts.
-        let mut set = backend.fan_out(Duration::MAX, "connect", |_| async {
+        let mut set = backend.fan_out(backend.masters(), Duration::MAX, "connect", |_| async {
             Ok(Answer::<(), ()>::Yes(()))
         });
         let mut tally = Tally::default();
@@ -236,7 +236,12 @@ impl RedlockBackend {
     /// timeout): the next attempt reuses the token, and must not be
     /// overtaken by this cleanup on any master.
     async fn undo(&self, keys: &Arc<[String]>, token: &str, timeout: Duration) {
-        let mut set = self.fan_out(timeout, "release", release_op(keys.clone(), token.into()));
+        let mut set = self.fan_out(
+            self.masters(),
+            timeout,
+            "release",
+            release_op(keys.clone(), token.into()),
+        );
         while set.next().await.is_some() {}
     }
 
@@ -254,7 +259,7 @@ impl RedlockBackend {
         keys.push(fence_key.to_owned());
         let keys: Arc<[String]> = keys.into();
         let args: Arc<[String]> = [value.to_owned(), fence.to_string()].into();
-        let mut set = self.fan_out_to(granted, timeout, "fence", move |backend| {
+        let mut set = self.fan_out(granted, timeout, "fence", move |backend| {
             let (keys, args) = (keys.clone(), args.clone());
             async move {
                 let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -308,7 +313,7 @@ impl Backend for RedlockBackend {
             let (ttl, wait) = (req.ttl, req.wait);
             let mut set = {
                 let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
-                self.fan_out(timeout, "obtain", move |backend| {
+                self.fan_out(self.masters(), timeout, "obtain", move |backend| {
                     let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
                     async move {
                         let req = AcquireRequest {
@@ -410,16 +415,21 @@ impl Backend for RedlockBackend {
         Box::pin(async move {
             let keys: Arc<[String]> = keys.into();
             let token: Arc<str> = token.into();
-            let mut set = self.fan_out(self.node_timeout(ttl), "refresh", move |backend| {
-                let (keys, token) = (keys.clone(), token.clone());
-                async move {
-                    Ok(if backend.refresh(&keys, &token, ttl).await? {
-                        Answer::Yes(())
-                    } else {
-                        Answer::No(())
-                    })
-                }
-            });
+            let mut set = self.fan_out(
+                self.masters(),
+                self.node_timeout(ttl),
+                "refresh",
+                move |backend| {
+                    let (keys, token) = (keys.clone(), token.clone());
+                    async move {
+                        Ok(if backend.refresh(&keys, &token, ttl).await? {
+                            Answer::Yes(())
+                        } else {
+                            Answer::No(())
+                        })
+                    }
+                },
+            );
             let tally = self.tally(&mut set).await;
             // Stragglers extend the lease on more masters; let them.
             set.detach();
@@ -443,17 +453,22 @@ impl Backend for RedlockBackend {
                 .iter()
                 .map(|req| (req.keys.to_vec(), req.token.to_owned(), req.ttl))
                 .collect();
-            let mut set = self.fan_out(self.node_timeout(ttl), "refresh", move |backend| {
-                let owned = owned.clone();
-                async move {
-                    let requests: Vec<RefreshRequest<'_>> = owned
-                        .iter()
-                        .map(|(keys, token, ttl)| RefreshRequest::new(keys, token, *ttl))
-                        .collect();
-                    let refreshed = backend.refresh_many(&requests).await;
-                    Ok(Answer::<_, std::convert::Infallible>::Yes(refreshed))
-                }
-            });
+            let mut set = self.fan_out(
+                self.masters(),
+                self.node_timeout(ttl),
+                "refresh",
+                move |backend| {
+                    let owned = owned.clone();
+                    async move {
+                        let requests: Vec<RefreshRequest<'_>> = owned
+                            .iter()
+                            .map(|(keys, token, ttl)| RefreshRequest::new(keys, token, *ttl))
+                            .collect();
+                        let refreshed = backend.refresh_many(&requests).await;
+                        Ok(Answer::<_, std::convert::Infallible>::Yes(refreshed))
+                    }
+                },
+            );
             let quorum = self.inner.quorum;
             let mut votes: Vec<Votes> = requests.iter().map(|_| Votes::default()).collect();
             while !votes.iter().all(|lease| lease.decided(quorum, set.len())) {
@@ -511,7 +526,12 @@ impl Backend for RedlockBackend {
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
             let timeout = self.inner.config.response_timeout;
-            let mut set = self.fan_out(timeout, "release", release_op(keys.into(), token.into()));
+            let mut set = self.fan_out(
+                self.masters(),
+                timeout,
+                "release",
+                release_op(keys.into(), token.into()),
+            );
             let tally = self.tally(&mut set).await;
             // The token is never used again, so the stragglers can finish
             // deleting it on their own, however slow their master.
@@ -529,7 +549,7 @@ impl Backend for RedlockBackend {
             let keys: Arc<[String]> = keys.into();
             let token: Arc<str> = token.into();
             let timeout = self.inner.config.response_timeout;
-            let mut set = self.fan_out(timeout, "ttl", move |backend| {
+            let mut set = self.fan_out(self.masters(), timeout, "ttl", move |backend| {
                 let (keys, token) = (keys.clone(), token.clone());
                 async move {
                     Ok(match backend.remaining(&keys, &token).await? {

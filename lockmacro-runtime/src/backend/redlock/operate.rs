@@ -22,7 +22,7 @@ impl RedlockBackend {
     ) -> Result<Inspection, LockError> {
         let (key, fence_key): (Arc<str>, Arc<str>) = (key.into(), fence_key.into());
         let timeout = self.inner.config.response_timeout;
-        let mut set = self.fan_out(timeout, "inspect", move |backend| {
+        let mut set = self.fan_out(self.masters(), timeout, "inspect", move |backend| {
             let (key, fence_key) = (key.clone(), fence_key.clone());
             async move { Ok(Answer::Yes(backend.inspect(&key, &fence_key).await?)) }
         });
@@ -60,7 +60,7 @@ impl RedlockBackend {
     pub(super) async fn force_release_all(&self, key: &str) -> Result<bool, LockError> {
         let key: Arc<str> = key.into();
         let timeout = self.inner.config.response_timeout;
-        let mut set = self.fan_out(timeout, "force-release", move |backend| {
+        let mut set = self.fan_out(self.masters(), timeout, "force-release", move |backend| {
             let key = key.clone();
             async move {
                 Ok(match backend.force_release(&key).await? {
