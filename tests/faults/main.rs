@@ -25,6 +25,8 @@ mod permits;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_failover;
+#[cfg(feature = "postgres")]
 mod postgres_network;
 mod process;
 mod restart;
