@@ -142,17 +142,17 @@ impl PostgresBackend {
     pub async fn connect_with(url: &str, config: PostgresConfig) -> Result<Self, LockError> {
         let options = parse(url)?;
         let server = format!("{}:{}", options.get_host(), options.get_port());
+        let listen_pool = listen_pool(&config, &options)?;
         let pool = pool_options(&config, config.max_connections).connect_lazy_with(options);
-        let listen_pool = match &config.listen_url {
-            Some(listen_url) => pool_options(&config, 1).connect_lazy_with(parse(listen_url)?),
-            None => pool.clone(),
-        };
         Self::start(pool, listen_pool, server, config).await
     }
 
     /// A backend on the service's own pool, with the default
     /// [`PostgresConfig`] (its pool settings do not apply: the pool's own
-    /// do). Creates the schema if it is missing.
+    /// do). Creates the schema if it is missing. The listener that wakes
+    /// waiters opens one connection of its own, with the pool's connect
+    /// options, when a first waiter listens: it keeps it, and a pool of
+    /// one connection is left for the statements.
     ///
     /// ```no_run
     /// # async fn demo(pool: sqlx::PgPool) -> Result<(), lockmacro_runtime::LockError> {
@@ -179,10 +179,7 @@ impl PostgresBackend {
     pub async fn from_pool_with(pool: PgPool, config: PostgresConfig) -> Result<Self, LockError> {
         let options = pool.connect_options();
         let server = format!("{}:{}", options.get_host(), options.get_port());
-        let listen_pool = match &config.listen_url {
-            Some(listen_url) => pool_options(&config, 1).connect_lazy_with(parse(listen_url)?),
-            None => pool.clone(),
-        };
+        let listen_pool = listen_pool(&config, &options)?;
         Self::start(pool, listen_pool, server, config).await
     }
 
@@ -244,6 +241,18 @@ fn parse(url: &str) -> Result<PgConnectOptions, LockError> {
             url: crate::backend::redis::redact(url),
             reason: err.to_string(),
         })
+}
+
+/// The listener's own pool of one connection, to `config.listen_url` or
+/// where `options` point. `LISTEN` holds its connection for as long as the
+/// backend lives: taken from the statements' pool, it would leave a pool of
+/// one with none for them.
+fn listen_pool(config: &PostgresConfig, options: &PgConnectOptions) -> Result<PgPool, LockError> {
+    let options = match &config.listen_url {
+        Some(listen_url) => parse(listen_url)?,
+        None => options.clone(),
+    };
+    Ok(pool_options(config, 1).connect_lazy_with(options))
 }
 
 fn pool_options(config: &PostgresConfig, max_connections: u32) -> PgPoolOptions {
