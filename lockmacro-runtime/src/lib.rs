@@ -130,7 +130,11 @@
 //!   expiry the server sets from its own clock, so a restart keeps it and
 //!   nothing depends on holding a session: it works through PgBouncer in
 //!   transaction mode. Fencing tokens come from a per-key counter committed
-//!   with the lock, and never go backwards; waiters are woken by
+//!   with the lock, and never go backwards on one server. A failover to a
+//!   streaming replica keeps what the replica had received: a lease taken
+//!   just before it may be gone (its holder is told at its next refresh)
+//!   and its token handed out again, unless the replica is synchronous
+//!   (`synchronous_standby_names`); see `PostgresBackend`. Waiters are woken by
 //!   `LISTEN`/`NOTIFY`; fair waiters are served in arrival order; no
 //!   permits or read-write locks. The backend creates its tables when they
 //!   are missing; a user who may not create tables runs the migration

@@ -8,9 +8,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockmacro_runtime::{Locker, ObtainOptions, PostgresBackend, PostgresConfig};
+use lockmacro_runtime::{
+    BackendErrorKind, LockError, Locker, ObtainOptions, PostgresBackend, PostgresConfig,
+};
 use lockmacro_testkit::Fixture;
 use lockmacro_testkit::pgdb::PostgresDb;
+use lockmacro_testkit::pgreplica::REPLICA_NAME;
 use lockmacro_testkit::postgres::{PASSWORD, PostgresServer};
 use lockmacro_testkit::proxy::Proxy;
 
@@ -87,6 +90,29 @@ impl Pair {
         if caught_up.is_err() {
             self.replica
                 .fail(format_args!("did not replay up to {lsn}"));
+        }
+    }
+
+    /// Makes the replica synchronous: a commit on the primary returns once
+    /// the replica has written it.
+    async fn synchronous(&self) {
+        let server = self.db().server();
+        server
+            .execute(
+                "postgres",
+                &format!("ALTER SYSTEM SET synchronous_standby_names = '{REPLICA_NAME}'"),
+            )
+            .await;
+        server.execute("postgres", "SELECT pg_reload_conf()").await;
+        let sync = "SELECT sync_state::text FROM pg_stat_replication WHERE sync_state = 'sync'";
+        let in_effect = tokio::time::timeout(HANG, async {
+            while self.db().column(sync).await.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        if in_effect.is_err() {
+            server.fail("the replica did not become synchronous");
         }
     }
 
@@ -230,5 +256,46 @@ async fn a_lease_the_replica_never_received_is_lost_at_the_next_refresh_and_its_
     // The counter's last step went with the lease: the token the lost
     // holder had is minted again, for another holder.
     assert_eq!(lock.fence_token(), Some(held));
+    pair.fx.check(lock.release().await, "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_synchronous_replica_an_obtain_it_never_confirmed_fails_and_no_token_repeats() {
+    let mut pair = Pair::start(true).await;
+    pair.synchronous().await;
+    let (holder, contender) = (pair.locker().await, pair.locker().await);
+    let lock = holder
+        .obtain("job", Duration::from_secs(5), ObtainOptions::new().fence())
+        .await;
+    let first = pair.fx.check(lock, "obtain with the replica in sync");
+    let given = first.fence_token().unwrap();
+    pair.fx.check(first.release().await, "release");
+
+    pair.cut_replication();
+    // Its commit waits for the replica: the obtain fails at its response
+    // timeout, and its caller never holds a token.
+    let cut_off = tokio::time::timeout(
+        HANG,
+        holder.obtain("job", Duration::from_secs(60), ObtainOptions::new().fence()),
+    )
+    .await
+    .expect("the obtain hung");
+    match cut_off {
+        Err(LockError::Backend(err)) => assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    pair.fail_over().await;
+
+    let lock = pair.fx.check(
+        contender
+            .obtain("job", Duration::from_secs(5), ObtainOptions::new().fence())
+            .await,
+        "the contender on the new primary",
+    );
+    let next = lock.fence_token().unwrap();
+    assert!(
+        next > given,
+        "token {next} after the failover, {given} before"
+    );
     pair.fx.check(lock.release().await, "release");
 }

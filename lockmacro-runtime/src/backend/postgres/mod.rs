@@ -68,6 +68,28 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// are committed with the lock (a restart cannot roll one back without the
 /// lock) and are never reset.
 ///
+/// # Failover to a replica
+///
+/// Point the backend at a name or address that follows the primary (a
+/// virtual IP, a DNS name, a proxy): sqlx connects to one host. After a
+/// failover the pool's connections to the old primary fail, and the next
+/// statements reconnect to the new one; a lease is kept if its refreshes
+/// reach it within the lease's local deadline. What the new primary knows
+/// is what its replication had received:
+///
+/// - a lease the replica had is kept: the holder refreshes and releases it
+///   on the new primary, contenders find the key taken, and the next fence
+///   token is larger;
+/// - with asynchronous replication (PostgreSQL's default), a lease taken
+///   just before the failover may never have reached the replica: the
+///   holder is told it is lost at its next refresh, another client can take
+///   the key at once, and the counter's last steps are gone with it, so the
+///   token of the lost lease is handed out again. Fencing across a failover
+///   needs the replica named in `synchronous_standby_names`: then a commit,
+///   and so an obtain, returns only once the replica has it.
+///
+/// The fault suite shows both cases (`tests/faults/postgres_failover.rs`).
+///
 /// # Schema
 ///
 /// The backend creates its tables and functions when they are missing
