@@ -739,6 +739,8 @@ mod rules;
 mod shutdown;
 #[cfg(feature = "tower")]
 mod tower;
+#[cfg(feature = "postgres")]
+mod transaction;
 mod wait;
 mod watchdog;
 
@@ -776,5 +778,8 @@ pub use crate::retry::RetryStrategy;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use crate::tower::{HttpResponses, LockLayer, LockResponses, LockService};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use crate::transaction::TransactionLock;
 #[doc(inline)]
 pub use lockmacro::distributed_lock;

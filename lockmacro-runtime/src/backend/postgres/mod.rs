@@ -22,9 +22,11 @@ mod listen;
 mod refresh;
 mod schema;
 mod sql;
+mod transaction;
 
 pub use self::config::PostgresConfig;
 pub use self::schema::POSTGRES_MIGRATION;
+pub(crate) use self::transaction::acquire_in;
 
 use std::time::Duration;
 
