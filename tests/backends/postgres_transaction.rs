@@ -355,3 +355,25 @@ async fn transaction_locks_count_without_loss_through_pgbouncer_in_transaction_m
         "an increment was lost"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_with_per_key_counters_is_upgraded_and_tokens_start_above_them() {
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().expect("a PostgreSQL fixture");
+    // What a schema of version 1 had: a counter per fence key, no sequence.
+    db.execute(
+        "DROP SEQUENCE lockmacro_fence_seq; \
+         INSERT INTO lockmacro_fences (key, value) VALUES ('old:fence', 500); \
+         CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer \
+         LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$",
+    )
+    .await;
+    let locker = db.locker().await;
+    let lock = fx.check(locker.obtain("new", TTL, once().fence()).await, "obtain");
+    let token = lock.fence_token().expect("fenced");
+    assert!(token > 500, "token {token} after the upgrade");
+    assert_eq!(
+        db.column("SELECT lockmacro_schema_version()::text").await,
+        [Some("2".to_owned())]
+    );
+}
