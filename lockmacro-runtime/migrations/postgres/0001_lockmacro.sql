@@ -3,7 +3,8 @@
 -- The backend runs this file itself when its tables are missing. Run it
 -- yourself (psql, sqlx migrate, refinery, ...) when the backend's user may
 -- not create tables, then grant that user SELECT, INSERT, UPDATE and DELETE
--- on the four tables and EXECUTE on the functions. Running it again changes
+-- on the four tables, USAGE on the sequence `lockmacro_fence_seq` and
+-- EXECUTE on the functions. Running it again changes
 -- nothing.
 --
 -- Every expiry is set and compared on the server's clock
