@@ -97,7 +97,8 @@ async fn a_user_who_may_not_create_the_tables_is_told_which_migration_to_run() {
     db.execute(POSTGRES_MIGRATION).await;
     db.execute(
         "GRANT SELECT, INSERT, UPDATE, DELETE \
-         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back TO weak",
+         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back TO weak; \
+         GRANT USAGE ON SEQUENCE lockmacro_fence_seq TO weak",
     )
     .await;
     let locker = Locker::new(connect(&url, PostgresConfig::default()).await.unwrap());

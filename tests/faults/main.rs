@@ -28,6 +28,8 @@ mod postgres;
 mod postgres_failover;
 #[cfg(feature = "postgres")]
 mod postgres_network;
+#[cfg(feature = "postgres")]
+mod postgres_transaction;
 mod process;
 mod restart;
 mod shutdown;

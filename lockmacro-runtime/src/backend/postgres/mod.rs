@@ -6,9 +6,13 @@
 //! | table | row | written by |
 //! |---|---|---|
 //! | `lockmacro_locks` | key, token, value (token then metadata), `expires_at` | acquire (upsert over a free or expired row), refresh, release (delete by token) |
-//! | `lockmacro_fences` | fence key, last token minted | acquire with a fence, in the same transaction |
+//! | `lockmacro_fences` | fence key, last token minted for it (from `lockmacro_fence_seq`, one sequence for every key) | acquire with a fence, in the same transaction |
 //! | `lockmacro_queue` | key, fair waiter's token, arrival `seq`, `expires_at` | a fair attempt that found the key taken; its release or give-up deletes it |
 //! | `lockmacro_given_back` | a token released while it held nothing, for a minute | release; an acquire with that token (cancelled, still on its way) is refused |
+//!
+//! A transaction-scoped lock ([`Locker::obtain_in`](crate::Locker::obtain_in))
+//! writes no row: it is an advisory lock on the key's hash held by the
+//! caller's transaction, which every acquire of a lease checks.
 //!
 //! Each operation is one statement calling a function of the migration
 //! ([`POSTGRES_MIGRATION`]), sent as a simple query: no session state, no
@@ -22,9 +26,11 @@ mod listen;
 mod refresh;
 mod schema;
 mod sql;
+mod transaction;
 
 pub use self::config::PostgresConfig;
 pub use self::schema::POSTGRES_MIGRATION;
+pub(crate) use self::transaction::acquire_in;
 
 use std::time::Duration;
 
@@ -43,9 +49,10 @@ use crate::backend::{
 pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 
 /// Locks in a PostgreSQL database, through sqlx: leases kept in a table and
-/// judged by the server's clock, fencing tokens from per-key counters that
-/// never go backwards, waiters woken by `LISTEN`/`NOTIFY`, fair waiters in
-/// arrival order.
+/// judged by the server's clock, locks held by the caller's own transaction
+/// ([`Locker::obtain_in`](crate::Locker::obtain_in)), fencing tokens from
+/// one sequence that never goes backwards, waiters woken by
+/// `LISTEN`/`NOTIFY`, fair waiters in arrival order.
 ///
 /// # Leases on the server's clock
 ///
@@ -63,10 +70,26 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 ///
 /// # Fencing tokens
 ///
-/// Each fence key has a counter in `lockmacro_fences`, advanced in the
-/// transaction that takes the lock: tokens count one by one per fence key,
-/// are committed with the lock (a restart cannot roll one back without the
-/// lock) and are never reset.
+/// Every token comes from one sequence, `lockmacro_fence_seq`, advanced in
+/// the transaction that takes the lock: tokens strictly increase across
+/// every key (leases and transaction-scoped locks alike), are committed
+/// with the lock (a restart cannot roll one back without the lock) and
+/// never go backwards; they may skip (a sequence does, after a crash or a
+/// rollback). Each fence key's row in `lockmacro_fences` remembers its last
+/// token, for an acquire sent again. A schema from before the sequence is
+/// upgraded with the sequence started above every per-key counter.
+///
+/// # Transaction-scoped locks
+///
+/// [`Locker::obtain_in`](crate::Locker::obtain_in) takes a key inside the
+/// caller's transaction: an advisory lock (`pg_advisory_xact_lock`) on the
+/// key's hash, seen at once by every session, committed or not, and given
+/// back by the commit or rollback. A lease's acquire refuses a key so held
+/// (without waiting), and a transaction refuses a key with a live lease or
+/// fair waiters. Its ttl sets `idle_in_transaction_session_timeout` and
+/// `statement_timeout` for the rest of the transaction (`SET LOCAL`), so the
+/// server ends a stalled holder; PgBouncer in transaction mode keeps the
+/// transaction on one server connection, so it works there too.
 ///
 /// # Failover to a replica
 ///
