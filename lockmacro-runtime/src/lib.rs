@@ -95,19 +95,21 @@
 //!
 //! | feature | what it adds | default |
 //! |---|---|---|
-//! | `tls-rustls` | `rediss://` URLs (rustls with *ring*); without it a `rediss://` URL is refused with an error that names the feature | on |
+//! | `tls-rustls` | `rediss://` URLs, and `https://` etcd members with `etcd` (rustls with *ring*, no OpenSSL); without it a `rediss://` or `https://` URL is refused with an error that names the feature | on |
 //! | `cluster` | Redis Cluster: `Locker::cluster`, `ClusterBackend` | off |
+//! | `sentinel` | Redis Sentinel: `Locker::sentinel`, `SentinelBackend` | off |
 //! | `metrics` | counters, histograms and a gauge through the `metrics` facade (see [Metrics](#metrics)) | off |
-//! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend` (its build needs `protoc`) | off |
+//! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend`, `EtcdConfig` with etcd users and, with `tls-rustls`, TLS roots and client certificates (its build needs `protoc`) | off |
 //! | `postgres` | a PostgreSQL backend on sqlx: `Locker::postgres`, `Locker::postgres_pool`, `PostgresBackend` | off |
 //! | `tower` | `LockLayer`: a lock per request in a tower stack (axum, tonic; see [A lock per request](#a-lock-per-request)) | off |
 //!
 //! ## Backends
 //!
 //! - [`Locker::connect`]: one Redis server ([`RedisBackend`]).
-//! - [`Locker::sentinel`]: the master of a Redis Sentinel deployment
-//!   ([`SentinelBackend`]), followed through failovers; see its
-//!   documentation for what a failover can lose and how to narrow it.
+//! - `Locker::sentinel`: the master of a Redis Sentinel deployment
+//!   (`SentinelBackend`), with the `sentinel` feature, followed through
+//!   failovers; see its documentation for what a failover can lose and how
+//!   to narrow it.
 //! - `Locker::cluster`: Redis Cluster (`ClusterBackend`), with the `cluster`
 //!   feature. Keys locked
 //!   together, and a lock with its fence counter, must share a hash slot; the
@@ -123,14 +125,25 @@
 //!   tokens" below. Leases are whole seconds on etcd (a shorter ttl is
 //!   rounded up on the server, and still trusted locally only for the ttl
 //!   asked for). Semaphores and read-write locks too, fair permits among
-//!   them. Its build needs `protoc`.
+//!   them. Its build needs `protoc`. Production members: `https://` URLs
+//!   with `EtcdConfig::tls_root_certificate` and
+//!   `EtcdConfig::tls_client_certificate` (or their `_file` forms), and etcd
+//!   users, in the URL (`http://user:password@host:port`) or with
+//!   `EtcdConfig::user`; an expired token is replaced by a new one without
+//!   the caller seeing it.
 //! - `Locker::postgres(url)` and `Locker::postgres_pool(pool)` (the
 //!   service's own sqlx `PgPool`): a PostgreSQL database
 //!   (`PostgresBackend`), with the `postgres` feature. A lock is a row whose
 //!   expiry the server sets from its own clock, so a restart keeps it and
 //!   nothing depends on holding a session: it works through PgBouncer in
-//!   transaction mode. Fencing tokens come from a per-key counter committed
-//!   with the lock, and never go backwards; waiters are woken by
+//!   transaction mode. Fencing tokens come from one sequence for every
+//!   key, advanced with the lock, and never go backwards on one server; a
+//!   lock can also be taken inside your own transaction (see "Locks inside
+//!   a PostgreSQL transaction" below). A failover to a streaming replica
+//!   keeps what the replica had received: a lease taken just before it may
+//!   be gone (its holder is told at its next refresh) and its token handed
+//!   out again, unless the replica is synchronous
+//!   (`synchronous_standby_names`); see `PostgresBackend`. Waiters are woken by
 //!   `LISTEN`/`NOTIFY`; fair waiters are served in arrival order; no
 //!   permits or read-write locks. The backend creates its tables when they
 //!   are missing; a user who may not create tables runs the migration
@@ -432,6 +445,48 @@
 //! [`LockError::NotObtained`] carries its metadata and remaining lease, and
 //! [`LockError::retry_after`] gives the latter for an HTTP `Retry-After`.
 //!
+//! ## Locks inside a PostgreSQL transaction
+//!
+//! With the `postgres` feature, `Locker::obtain_in` takes a key inside
+//! your own `sqlx::Transaction`: the lock check and the writes it protects
+//! commit (or roll back) together, and the lock ends with the transaction,
+//! never before; `TransactionLock` has no `release`. A holder that stalls
+//! (a pause, a lost process) past the ttl has its transaction ended by the
+//! server, so its late writes can never commit: the database refuses them
+//! itself, with no fence column to remember. It excludes the leases of
+//! [`Locker::obtain`] on the same database and namespace, and other
+//! transactions; waiters are woken by the commit. The transaction must be
+//! `READ COMMITTED` (PostgreSQL's default). It works through PgBouncer in
+//! transaction mode.
+//!
+//! ```no_run
+//! # async fn demo(locker: lockmacro_runtime::Locker, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::ObtainOptions;
+//!
+//! let mut tx = pool.begin().await?;
+//! let lock = locker.obtain_in(&mut tx, "stock:42", Duration::from_secs(10), ObtainOptions::new().fence()).await?;
+//! sqlx::query("UPDATE stock SET count = count - 1 WHERE id = 42").execute(&mut *tx).await?;
+//! tx.commit().await?; // the write, and the end of the lock
+//! # let _ = lock; Ok(()) }
+//! ```
+//!
+//! The attribute does not take a transaction: its lock is held while the
+//! function runs and released when it returns, while a transaction-scoped
+//! lock lasts until the caller commits, after the function has returned.
+//! Call `obtain_in` first thing in the function that receives the
+//! transaction instead:
+//!
+//! ```no_run
+//! # use lockmacro_runtime::{LockError, Locker, ObtainOptions};
+//! # use std::time::Duration;
+//! async fn reserve(locker: &Locker, tx: &mut sqlx::PgTransaction<'_>, item: u64) -> Result<(), LockError> {
+//!     locker.obtain_in(tx, &format!("stock:{item}"), Duration::from_secs(10), ObtainOptions::new()).await?;
+//!     // … writes through `&mut **tx`, committed by the caller with the lock …
+//!     Ok(())
+//! }
+//! ```
+//!
 //! ## Fencing tokens
 //!
 //! A lease is not a mutex: a holder paused longer than its ttl (a GC pause, a
@@ -448,7 +503,11 @@
 //! the token is the revision at which the lock's keys were created, assigned
 //! through Raft: it strictly increases across every key, and through leader
 //! elections and member restarts (Kleppmann, "How to do distributed
-//! locking", 2016; Jepsen, "etcd 3.4.3", 2020).
+//! locking", 2016; Jepsen, "etcd 3.4.3", 2020). On PostgreSQL (the
+//! `postgres` feature) every token comes from one sequence, advanced in the
+//! transaction that takes the lock: tokens strictly increase across every
+//! key of the database and through restarts (a sequence may skip, never go
+//! back).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -739,6 +798,8 @@ mod rules;
 mod shutdown;
 #[cfg(feature = "tower")]
 mod tower;
+#[cfg(feature = "postgres")]
+mod transaction;
 mod wait;
 mod watchdog;
 
@@ -750,12 +811,14 @@ pub mod missing_feature;
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use crate::backend::ClusterBackend;
+#[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+pub use crate::backend::SentinelBackend;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use crate::backend::{EtcdBackend, EtcdConfig};
 pub use crate::backend::{
     HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
-    SentinelBackend,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -776,5 +839,8 @@ pub use crate::retry::RetryStrategy;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use crate::tower::{HttpResponses, LockLayer, LockResponses, LockService};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use crate::transaction::TransactionLock;
 #[doc(inline)]
 pub use lockmacro::distributed_lock;

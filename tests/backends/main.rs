@@ -13,6 +13,9 @@ mod etcd_kinds;
 mod pgbouncer;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_transaction;
 mod redlock;
 mod replicas;
+#[cfg(feature = "sentinel")]
 mod sentinel;

@@ -97,7 +97,8 @@ async fn a_user_who_may_not_create_the_tables_is_told_which_migration_to_run() {
     db.execute(POSTGRES_MIGRATION).await;
     db.execute(
         "GRANT SELECT, INSERT, UPDATE, DELETE \
-         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back TO weak",
+         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back TO weak; \
+         GRANT USAGE ON SEQUENCE lockmacro_fence_seq TO weak",
     )
     .await;
     let locker = Locker::new(connect(&url, PostgresConfig::default()).await.unwrap());
@@ -173,4 +174,57 @@ async fn a_pool_without_free_connections_fails_within_its_acquire_timeout() {
         "obtain once a connection is free",
     );
     fx.check(lock.release().await, "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_pool_of_one_connection_does_not_take_it_for_its_listener() {
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect(&db.url())
+        .await
+        .unwrap();
+    let locker = Locker::postgres_pool(pool)
+        .await
+        .unwrap()
+        .with_namespace(fx.namespace());
+    let lock = fx.check(
+        locker
+            .obtain("job", Duration::from_secs(30), ObtainOptions::new())
+            .await,
+        "obtain",
+    );
+    // Its retry pause is a minute: only a wake-up heard on the listener's
+    // connection ends this wait in time.
+    let opts = ObtainOptions::new().retry(
+        lockmacro_runtime::RetryStrategy::linear(Duration::from_secs(60))
+            .deadline(Duration::from_secs(20)),
+    );
+    let waiting = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.obtain("job", Duration::from_secs(5), opts).await }
+    });
+    let listening = format!(
+        "SELECT pid::text FROM pg_stat_activity WHERE datname = {} AND query LIKE 'LISTEN%'",
+        lockmacro_testkit::pgdb::quote(db.name())
+    );
+    tokio::time::timeout(HANG, async {
+        while db.column(&listening).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the waiter never listened");
+    // The pool's one connection is still free for the holder.
+    fx.check(lock.release().await, "release while a waiter listens");
+    let obtained = tokio::time::timeout(HANG, waiting)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    fx.check(obtained, "the waiter, woken by the release")
+        .release()
+        .await
+        .unwrap();
 }

@@ -3,7 +3,8 @@
 -- The backend runs this file itself when its tables are missing. Run it
 -- yourself (psql, sqlx migrate, refinery, ...) when the backend's user may
 -- not create tables, then grant that user SELECT, INSERT, UPDATE and DELETE
--- on the four tables and EXECUTE on the functions. Running it again changes
+-- on the four tables, USAGE on the sequence `lockmacro_fence_seq` and
+-- EXECUTE on the functions. Running it again changes
 -- nothing.
 --
 -- Every expiry is set and compared on the server's clock
@@ -51,8 +52,10 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT greatest(0, ceil(extract(epoch FROM left_over) * 1000))::bigint
 $$;
 
--- The next fencing token of `fence_key` (NULL: none asked). A retry of an
--- acquire that already went through gets the token minted the first time.
+-- The next fencing token of `fence_key` (NULL: none asked), from the one
+-- sequence every key shares (`lockmacro_fence_seq`, below); the row of
+-- `fence_key` remembers it, so that a retry of an acquire that already went
+-- through gets the token minted the first time.
 CREATE OR REPLACE FUNCTION lockmacro_fence(fence_key text, retried boolean) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -67,8 +70,9 @@ BEGIN
             RETURN minted;
         END IF;
     END IF;
-    INSERT INTO lockmacro_fences AS f (key, value) VALUES (fence_key, 1)
-        ON CONFLICT (key) DO UPDATE SET value = f.value + 1
+    INSERT INTO lockmacro_fences AS f (key, value)
+        VALUES (fence_key, nextval('lockmacro_fence_seq'))
+        ON CONFLICT (key) DO UPDATE SET value = excluded.value
         RETURNING f.value INTO minted;
     RETURN minted;
 END
@@ -115,6 +119,12 @@ BEGIN
         RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
+    idx := lockmacro_in_transaction(lock_keys);
+    IF idx IS NOT NULL THEN
+        RETURN QUERY SELECT idx, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    idx := 0;
     FOREACH lock_key IN ARRAY lock_keys LOOP
         SELECT l.value, l.expires_at INTO held
             FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
@@ -161,7 +171,8 @@ DECLARE
 BEGIN
     PERFORM lockmacro_guard(lock_key);
     now_ := clock_timestamp();
-    IF lockmacro_was_given_back(lock_value, now_) THEN
+    IF lockmacro_was_given_back(lock_value, now_)
+        OR lockmacro_in_transaction(ARRAY[lock_key]) IS NOT NULL THEN
         RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
@@ -258,6 +269,112 @@ BEGIN
 END
 $$;
 
--- What the backend checks for before it creates anything.
+-- ---------------------------------------------------------------------
+-- Fencing tokens across keys, and transaction-scoped locks.
+-- ---------------------------------------------------------------------
+
+-- Every fencing token comes from this one sequence: tokens increase across
+-- keys, and a sequence never goes back, even across a crash (it may skip).
+CREATE SEQUENCE IF NOT EXISTS lockmacro_fence_seq;
+
+-- A schema from before the sequence counted each fence key from 1: start
+-- the sequence above every token those counters gave. Only then, so that
+-- running this again never moves the sequence back; the lock keeps
+-- acquires from minting meanwhile.
+DO $$
+BEGIN
+    LOCK TABLE lockmacro_fences IN SHARE ROW EXCLUSIVE MODE;
+    PERFORM setval('lockmacro_fence_seq', f.top)
+        FROM (SELECT max(value) AS top FROM lockmacro_fences) f, lockmacro_fence_seq s
+        WHERE f.top > s.last_value;
+END
+$$;
+
+-- A transaction-scoped lock is an advisory lock of class 1819239276 on the
+-- key's hash, held by the caller's transaction until it ends. Advisory
+-- locks are seen by every session at once, committed or not, which rows
+-- written by a transaction still open are not. (Two keys with the same
+-- hash exclude each other: one chance in four billion, and only ever a
+-- lock refused that could have been taken.)
+
+-- The index of the first of `lock_keys` that a transaction-scoped lock
+-- holds, or NULL. Called by the acquires of leases, which end with their
+-- statement: the shared advisory locks it takes end with them, and keep a
+-- transaction from taking the keys meanwhile.
+CREATE OR REPLACE FUNCTION lockmacro_in_transaction(lock_keys text[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    lock_key text;
+    idx integer := 0;
+BEGIN
+    FOREACH lock_key IN ARRAY lock_keys LOOP
+        IF NOT pg_try_advisory_xact_lock_shared(1819239276, hashtext(lock_key)) THEN
+            RETURN idx;
+        END IF;
+        idx := idx + 1;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- Takes `lock_key` for the rest of the calling transaction, or nothing.
+-- Returns what `lockmacro_acquire` does: `busy` is 0 while a lease, fair
+-- waiters or another transaction hold it (`left_ms`: the lease's rest).
+-- A fencing token (`fenced`) comes from the shared sequence.
+--
+-- The transaction then ends when it sits idle for `ttl_ms`, or a statement
+-- of it runs that long (its own shorter timeouts are kept): the server
+-- ends it, it rolls back, and its lock with it. The commit delivers the
+-- `lockmacro_release` notification sent here, which wakes the waiters.
+--
+-- Only under READ COMMITTED: later statements must see leases committed
+-- since the transaction began.
+CREATE OR REPLACE FUNCTION lockmacro_acquire_in_transaction(
+    lock_key text, ttl_ms bigint, fenced boolean
+) RETURNS TABLE (busy integer, left_ms bigint, fence bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    held timestamptz;
+    timeout_name text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'a transaction-scoped lock needs READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    -- A block with a handler is a subtransaction: leaving it by the
+    -- exception gives back the advisory lock taken in it.
+    BEGIN
+        IF NOT pg_try_advisory_xact_lock(1819239276, hashtext(lock_key)) THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMBSY';
+        END IF;
+        SELECT l.expires_at INTO held
+            FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > clock_timestamp();
+        IF held IS NULL THEN
+            SELECT min(q.expires_at) INTO held
+                FROM lockmacro_queue q
+                WHERE q.key = lock_key AND q.expires_at > clock_timestamp();
+        END IF;
+        IF held IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMBSY';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'LMBSY' THEN
+        RETURN QUERY SELECT 0, CASE WHEN held IS NOT NULL
+            THEN lockmacro_ms(held - clock_timestamp()) END, NULL::bigint;
+        RETURN;
+    END;
+    FOREACH timeout_name IN ARRAY ARRAY['idle_in_transaction_session_timeout', 'statement_timeout'] LOOP
+        IF (SELECT s.setting::bigint NOT BETWEEN 1 AND ttl_ms FROM pg_settings s WHERE s.name = timeout_name) THEN
+            PERFORM set_config(timeout_name, ttl_ms::text, true);
+        END IF;
+    END LOOP;
+    PERFORM pg_notify('lockmacro_release', lock_key);
+    RETURN QUERY SELECT NULL::integer, NULL::bigint,
+        CASE WHEN fenced THEN nextval('lockmacro_fence_seq') END;
+END
+$$;
+
+-- What the backend checks for before it creates anything, and whether what
+-- it found is older than what it needs.
 CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT 2 $$;

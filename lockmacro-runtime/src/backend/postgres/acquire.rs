@@ -51,31 +51,37 @@ impl PostgresBackend {
             ),
         };
         let rows = self.rows(&what, sql).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| self.unexpected(&what, "no row"))?;
-        self.acquired(&what, row)
+        acquired(&self.server, &what, rows.first())
     }
+}
 
-    fn acquired(&self, what: &str, row: &PgRow) -> Result<Acquired, LockError> {
-        let read = |column: &str| -> Result<Option<i64>, LockError> {
-            row.try_get::<Option<i64>, _>(column)
-                .map_err(|err| self.unexpected(what, err))
-        };
-        let busy = row
-            .try_get::<Option<i32>, _>("busy")
-            .map_err(|err| self.unexpected(what, err))?;
-        match busy {
-            Some(index) => Ok(Acquired::Busy {
-                index: usize::try_from(index).map_err(|err| self.unexpected(what, err))?,
-                remaining: read("left_ms")?
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .map(std::time::Duration::from_millis),
-                holder: None,
-            }),
-            None => Ok(Acquired::Obtained {
-                fence: read("fence")?.and_then(|fence| u64::try_from(fence).ok()),
-            }),
-        }
+/// What an acquire function's row (`busy`, `left_ms`, `fence`) says.
+pub(super) fn acquired(
+    server: &str,
+    what: &str,
+    row: Option<&PgRow>,
+) -> Result<Acquired, LockError> {
+    let unexpected = |reply: &dyn std::fmt::Display| -> LockError {
+        super::errors::unexpected(server, what, reply).into()
+    };
+    let row = row.ok_or_else(|| unexpected(&"no row"))?;
+    let read = |column: &str| -> Result<Option<i64>, LockError> {
+        row.try_get::<Option<i64>, _>(column)
+            .map_err(|err| unexpected(&err))
+    };
+    let busy = row
+        .try_get::<Option<i32>, _>("busy")
+        .map_err(|err| unexpected(&err))?;
+    match busy {
+        Some(index) => Ok(Acquired::Busy {
+            index: usize::try_from(index).map_err(|err| unexpected(&err))?,
+            remaining: read("left_ms")?
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(std::time::Duration::from_millis),
+            holder: None,
+        }),
+        None => Ok(Acquired::Obtained {
+            fence: read("fence")?.and_then(|fence| u64::try_from(fence).ok()),
+        }),
     }
 }

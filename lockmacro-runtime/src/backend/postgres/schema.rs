@@ -22,34 +22,47 @@ use crate::error::{BackendError, BackendErrorKind};
 pub const POSTGRES_MIGRATION: &str =
     include_str!("../../../migrations/postgres/0001_lockmacro.sql");
 
+/// What `lockmacro_schema_version()` returns for the migration this crate
+/// ships: an older schema is brought up to date.
+const SCHEMA_VERSION: i32 = 2;
+
 /// Taken while the migration runs, so that backends starting together do
 /// not create the same functions at once (which PostgreSQL refuses with
 /// "tuple concurrently updated").
 const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(1819239275, 0)";
 
 impl PostgresBackend {
-    /// Creates the schema when it is missing, or says which migration to
-    /// run when it may not.
+    /// Creates the schema when it is missing or older than this crate's,
+    /// or says which migration to run when it may not.
     pub(super) async fn ensure_schema(&self) -> Result<(), LockError> {
         let what = "check the schema";
-        let present = self
-            .rows(
+        let found = match self
+            .single(
                 what,
-                "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer"
-                    .to_owned(),
+                "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer",
             )
-            .await?;
-        let present: Option<i32> = present
-            .first()
-            .and_then(|row| sqlx::Row::try_get(row, 0).ok());
-        if present == Some(1) {
+            .await?
+        {
+            Some(1) => {
+                self.single(what, "SELECT lockmacro_schema_version()")
+                    .await?
+            }
+            _ => None,
+        };
+        if found.is_some_and(|version| version >= SCHEMA_VERSION) {
             return Ok(());
         }
         if !self.config.create_schema {
+            let state = match found {
+                Some(version) => {
+                    format!("lockmacro's schema is version {version}, older than {SCHEMA_VERSION}")
+                }
+                None => "lockmacro's tables are missing".to_owned(),
+            };
             return Err(BackendError::new(
                 BackendErrorKind::Other,
                 format!("postgres {}: {what}", self.server),
-                format!("lockmacro's tables are missing: {RUN_THE_MIGRATION}"),
+                format!("{state}: {RUN_THE_MIGRATION}"),
             )
             .into());
         }
@@ -65,5 +78,11 @@ impl PostgresBackend {
             Ok(Err(err)) => Err(self.error(what, err)),
             Err(_) => Err(self.late(what)),
         }
+    }
+
+    /// The one integer `sql` answers, if any.
+    async fn single(&self, what: &str, sql: &str) -> Result<Option<i32>, LockError> {
+        let rows = self.rows(what, sql.to_owned()).await?;
+        Ok(rows.first().and_then(|row| sqlx::Row::try_get(row, 0).ok()))
     }
 }
