@@ -728,6 +728,7 @@ mod hold;
 mod inspect;
 mod kind;
 mod lease;
+mod list;
 mod lock;
 mod locker;
 mod metrics;
@@ -739,6 +740,7 @@ mod rules;
 mod shutdown;
 #[cfg(feature = "tower")]
 mod tower;
+mod url;
 mod wait;
 mod watchdog;
 
@@ -768,6 +770,7 @@ pub use crate::guard::LockGuard;
 pub use crate::hold::{HoldOptions, OnLost};
 pub use crate::kind::KeyKind;
 pub use crate::lease::MAX_TTL;
+pub use crate::list::KeyInfo;
 pub use crate::lock::Lock;
 pub use crate::locker::Locker;
 pub use crate::options::{Fencing, ObtainOptions};

@@ -30,9 +30,9 @@ pub(super) use self::protocol::Companions;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::scripts::Load;
 pub(super) use self::scripts::Lua;
-#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::transport::Transport;
 pub(crate) use self::transport::send_once_more;
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::transport::{SCAN_COUNT, Transport};
 pub(super) use self::wakeups::Wakeups;
 
 use std::sync::Arc;
