@@ -432,6 +432,21 @@
 //! [`LockError::NotObtained`] carries its metadata and remaining lease, and
 //! [`LockError::retry_after`] gives the latter for an HTTP `Retry-After`.
 //!
+//! [`Locker::list`] lists every key held under the locker's namespace (or
+//! under a prefix of it), each with what `inspect` tells of it, skipping
+//! fence counters, queues and waiter flags; on Redis it walks the keyspace
+//! with `SCAN`, on every master of a cluster. [`Locker::from_url`] builds a
+//! locker from a single URL whose scheme names the backend
+//! (`redis://`, `redis+cluster://`, `redis+sentinel://`,
+//! `redis+redlock://`, `etcd://`, `postgres://`), for tools configured by
+//! one setting.
+//!
+//! The `lockmacro` command (crate `lockmacro-cli`, see its README) does all
+//! of this from a shell, on any of those URLs: `lockmacro list`,
+//! `lockmacro inspect KEY`, `lockmacro force-release KEY --yes` (the holder
+//! reports its lease lost) and `lockmacro watch KEY`, with `--json` for
+//! scripts.
+//!
 //! ## Fencing tokens
 //!
 //! A lease is not a mutex: a holder paused longer than its ttl (a GC pause, a
