@@ -17,7 +17,8 @@ const LONG: Duration = Duration::from_secs(30);
 /// A hang limit, never a measurement.
 const HANG: Duration = Duration::from_secs(60);
 
-/// The `lockmacro` binary. Cargo hands a test the paths of its own
+/// The `lockmacro` binary, built on the first call: a test calls it before
+/// it takes a lease, which the build could otherwise outlast. Cargo hands a test the paths of its own
 /// package's binaries only; this one is another package's, so it is built
 /// through Cargo (with the workspace's features, as `scripts/test` builds
 /// everything: nothing is built twice) and Cargo says where it is.
@@ -80,11 +81,14 @@ fn json(output: &Output) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_shows_a_held_key_with_its_metadata_and_remaining_lease() {
+    binary();
     let server = RedisServer::start();
     let url = server.url();
     let locker = server.locker().await.with_namespace("billing");
     let opts = ObtainOptions::new().metadata("worker-7").fence();
-    let lock = server.expect_ok(locker.obtain("user:1", LONG, opts).await, "obtain");
+    let lock = server
+        .expect_ok(locker.obtain("user:1", LONG, opts).await, "obtain")
+        .keep_alive();
     let fence = lock.fence_token().expect("a fence");
 
     let table = run(&url, &["--namespace", "billing", "list"]).await;
@@ -121,6 +125,7 @@ async fn list_shows_a_held_key_with_its_metadata_and_remaining_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_says_whether_a_key_is_free_or_held() {
+    binary();
     let server = RedisServer::start();
     let url = server.url();
     let free = run(&url, &["inspect", "report"]).await;
@@ -133,7 +138,9 @@ async fn inspect_says_whether_a_key_is_free_or_held() {
 
     let locker = server.locker().await;
     let opts = ObtainOptions::new().metadata("nightly");
-    let lock = server.expect_ok(locker.obtain("report", LONG, opts).await, "obtain");
+    let lock = server
+        .expect_ok(locker.obtain("report", LONG, opts).await, "obtain")
+        .keep_alive();
     let held = run(&url, &["--json", "inspect", "report"]).await;
     exits(&held, 0);
     let seen = json(&held);
@@ -144,6 +151,7 @@ async fn inspect_says_whether_a_key_is_free_or_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_makes_the_holder_lose_its_lease_and_frees_the_key() {
+    binary();
     let server = RedisServer::start();
     let url = server.url();
     let (holder, other) = (server.locker().await, server.locker().await);
@@ -205,6 +213,7 @@ fn interrupt(child: &Child) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_prints_the_acquire_and_the_release_of_a_key() {
+    binary();
     let server = RedisServer::start();
     let url = server.url();
     let mut child = lockmacro(&url, &["watch", "deploy"])
@@ -262,6 +271,7 @@ async fn a_bad_url_is_a_usage_error_and_an_unreachable_server_a_backend_error() 
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_etcd_list_and_force_release_reach_the_holder() {
+    binary();
     let etcd = lockmacro_testkit::etcd::EtcdCluster::single();
     let hosts: Vec<String> = etcd
         .endpoints()
