@@ -449,6 +449,16 @@ impl Backend for SentinelBackend {
         })
     }
 
+    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        Box::pin(async move {
+            let what = format!("list `{prefix}*`");
+            self.follow(&what, move |backend| {
+                Box::pin(async move { backend.keys(prefix).await })
+            })
+            .await
+        })
+    }
+
     fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
             let what = format!("force-release `{key}`");
