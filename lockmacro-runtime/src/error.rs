@@ -152,7 +152,7 @@ pub enum LockError {
     },
 
     /// A connection URL could not be parsed.
-    #[error("invalid Redis URL `{url}`: {reason}")]
+    #[error("invalid URL `{url}`: {reason}")]
     InvalidUrl {
         /// The URL as given, with any password replaced by `***`.
         url: String,

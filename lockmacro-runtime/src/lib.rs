@@ -445,6 +445,20 @@
 //! [`LockError::NotObtained`] carries its metadata and remaining lease, and
 //! [`LockError::retry_after`] gives the latter for an HTTP `Retry-After`.
 //!
+//! [`Locker::list`] lists every key held under the locker's namespace (or
+//! under a prefix of it), each with what `inspect` tells of it, skipping
+//! fence counters, queues and waiter flags; on Redis it walks the keyspace
+//! with `SCAN`, on every master of a cluster. [`Locker::from_url`] builds a
+//! locker from a single URL whose scheme names the backend
+//! (`redis://`, `redis+cluster://`, `redis+sentinel://`,
+//! `redis+redlock://`, `etcd://`, `postgres://`), for tools configured by
+//! one setting.
+//!
+//! The `lockmacro` command (crate `lockmacro-cli`, see its README) does all
+//! of this from a shell, on any of those URLs: `lockmacro list`,
+//! `lockmacro inspect KEY`, `lockmacro force-release KEY --yes` (the holder
+//! reports its lease lost) and `lockmacro watch KEY`, with `--json` for
+//! scripts.
 //! ## Locks inside a PostgreSQL transaction
 //!
 //! With the `postgres` feature, `Locker::obtain_in` takes a key inside
@@ -787,6 +801,7 @@ mod hold;
 mod inspect;
 mod kind;
 mod lease;
+mod list;
 mod lock;
 mod locker;
 mod metrics;
@@ -800,6 +815,7 @@ mod shutdown;
 mod tower;
 #[cfg(feature = "postgres")]
 mod transaction;
+mod url;
 mod wait;
 mod watchdog;
 
@@ -831,6 +847,7 @@ pub use crate::guard::LockGuard;
 pub use crate::hold::{HoldOptions, OnLost};
 pub use crate::kind::KeyKind;
 pub use crate::lease::MAX_TTL;
+pub use crate::list::KeyInfo;
 pub use crate::lock::Lock;
 pub use crate::locker::Locker;
 pub use crate::options::{Fencing, ObtainOptions};

@@ -52,6 +52,8 @@ pub enum Capability {
     Replicas,
     /// `Locker::inspect` and `Locker::force_release`: see and clear a key.
     Inspect,
+    /// `Locker::list`: the keys held under a prefix.
+    List,
 }
 
 impl Kind {
@@ -73,25 +75,42 @@ impl Kind {
         match self {
             Kind::Redis => matches!(
                 capability,
-                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Replicas | Inspect
+                FairQueue
+                    | Shares
+                    | SeveralSlots
+                    | ShortLeases
+                    | Servers
+                    | Replicas
+                    | Inspect
+                    | List
             ),
             Kind::Cluster => matches!(
                 capability,
-                FairQueue | Shares | ShortLeases | Servers | Replicas | Inspect
+                FairQueue | Shares | ShortLeases | Servers | Replicas | Inspect | List
             ),
-            Kind::Redlock => matches!(capability, SeveralSlots | ShortLeases | Servers | Inspect),
+            Kind::Redlock => matches!(
+                capability,
+                SeveralSlots | ShortLeases | Servers | Inspect | List
+            ),
             Kind::Sentinel => matches!(
                 capability,
-                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Replicas | Inspect
+                FairQueue
+                    | Shares
+                    | SeveralSlots
+                    | ShortLeases
+                    | Servers
+                    | Replicas
+                    | Inspect
+                    | List
             ),
             Kind::Memory => matches!(
                 capability,
-                FairQueue | Shares | SeveralSlots | ShortLeases | Inspect
+                FairQueue | Shares | SeveralSlots | ShortLeases | Inspect | List
             ),
             Kind::Outside => matches!(capability, FairQueue | SeveralSlots | ShortLeases),
             Kind::Etcd => matches!(
                 capability,
-                FairQueue | Shares | SeveralSlots | Servers | Inspect
+                FairQueue | Shares | SeveralSlots | Servers | Inspect | List
             ),
             Kind::Postgres => {
                 matches!(capability, FairQueue | SeveralSlots | ShortLeases | Servers)
@@ -119,25 +138,25 @@ impl Kind {
 #[macro_export]
 macro_rules! __if_capable {
     ($kind:ident, [] { $($then:tt)* } $else:tt) => { $($then)* };
-    (Redis, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Redis, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Redis, [$($rest),*] $then $else);
     };
-    (Cluster, [$(FairQueue)? $(Shares)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Cluster, [$(FairQueue)? $(Shares)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Cluster, [$($rest),*] $then $else);
     };
-    (Redlock, [$(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Redlock, [$(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Redlock, [$($rest),*] $then $else);
     };
-    (Sentinel, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Sentinel, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Sentinel, [$($rest),*] $then $else);
     };
-    (Memory, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Memory, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Memory, [$($rest),*] $then $else);
     };
     (Outside, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Outside, [$($rest),*] $then $else);
     };
-    (Etcd, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(Servers)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Etcd, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(Servers)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Etcd, [$($rest),*] $then $else);
     };
     (Postgres, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
@@ -366,6 +385,7 @@ mod tests {
                 listed!($kind, FairQueue);
                 listed!($kind, Shares);
                 listed!($kind, Inspect);
+                listed!($kind, List);
                 listed!($kind, SeveralSlots);
                 listed!($kind, ShortLeases);
                 listed!($kind, Servers);

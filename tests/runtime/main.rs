@@ -8,6 +8,7 @@ mod fence_retry;
 mod inspect;
 mod kinds;
 mod leftovers;
+mod list;
 mod logs;
 mod naming;
 mod own_connection;
@@ -167,6 +168,25 @@ mod kinds_on {
             a_refused_upgrade_is_upgrade_refused,
             a_downgrade_lets_a_waiting_reader_in_and_no_writer,
             only_a_write_can_be_downgraded,
+        ],
+    }
+}
+
+/// Listing the keys held on every backend that can (`List` in
+/// `testkit/src/kind.rs`), and the refusal of those that cannot.
+mod list_on {
+    lockmacro_testkit::for_each_backend! {
+        runtime: (flavor = "multi_thread", worker_threads = 2),
+        cases: [crate::list],
+        { needs: [List], servers: shared } => [
+            list_shows_held_keys_with_their_holders,
+            list_takes_the_prefix_literally,
+        ],
+        { needs: [Shares, List], servers: shared } => [
+            list_shows_every_share_of_a_key_once,
+        ],
+        { needs: [], lacks: [List], servers: shared } => [
+            list_is_refused_where_the_backend_cannot_list,
         ],
     }
 }

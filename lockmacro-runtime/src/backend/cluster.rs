@@ -496,6 +496,10 @@ impl Transport for Cluster {
     fn wakeups(&self) -> &Arc<Wakeups> {
         &self.wakeups
     }
+
+    async fn scan(&self, pattern: &str) -> Result<Vec<String>, LockError> {
+        super::cluster_scan::scan_masters(&self.conn, &self.name, pattern).await
+    }
 }
 
 speaks_protocol!(ClusterBackend, "cluster");

@@ -71,6 +71,27 @@ fn derived_from(key: &str) -> Option<(&str, &'static str)> {
     None
 }
 
+/// True for a name the backend keeps beside a lock (its fence counter, fair
+/// queue or waiters flag) rather than a lock key: what a listing of keys
+/// leaves out.
+pub(crate) fn is_companion(key: &str) -> bool {
+    derived_from(key).is_some()
+}
+
+/// `prefix` as a Redis `SCAN MATCH` pattern for the keys that start with
+/// it: its glob characters escaped, then `*`.
+pub(crate) fn prefix_pattern(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    pattern
+}
+
 /// Refuses, before anything is sent, the keys that would collide with a fence
 /// counter, a fair queue or a waiters flag: a lock key that is the derived
 /// counter, queue or flag of another key, and a fence key that is one of the
@@ -155,6 +176,13 @@ mod tests {
             let queue = format!("{}queue", flag.strip_suffix("waiters").unwrap());
             assert_eq!(queue, derived_queue_key(key), "{key}");
         }
+    }
+
+    #[test]
+    fn prefix_pattern_matches_the_prefix_literally() {
+        assert_eq!(prefix_pattern(""), "*");
+        assert_eq!(prefix_pattern("billing:"), "billing:*");
+        assert_eq!(prefix_pattern("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\*");
     }
 
     #[test]

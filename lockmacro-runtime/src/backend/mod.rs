@@ -11,6 +11,8 @@
 
 #[cfg(feature = "cluster")]
 mod cluster;
+#[cfg(feature = "cluster")]
+mod cluster_scan;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod inspect;
@@ -44,7 +46,7 @@ pub use self::postgres::{
     POSTGRES_MAX_KEY_LEN, POSTGRES_MIGRATION, PostgresBackend, PostgresConfig,
 };
 pub use self::redis::{RedisBackend, RedisConfig};
-pub(crate) use self::redis::{open_manager, send_once_more};
+pub(crate) use self::redis::{open_manager, redact, send_once_more};
 pub use self::redlock::RedlockBackend;
 pub use self::request::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
 #[cfg(feature = "sentinel")]
@@ -218,6 +220,24 @@ pub trait Backend: Send + Sync + 'static {
             self.name(),
             "inspect",
             key,
+        ))))
+    }
+
+    /// The lock keys (namespaced) that start with `prefix`, for operators
+    /// listing what is held ([`Locker::list`](crate::Locker::list)): every
+    /// key the backend stores under `prefix`, without the names it keeps
+    /// beside a lock (fence counters, fair queues, waiters flags, shares).
+    /// It may name keys nothing holds any more, or that are not locks (other
+    /// data under the prefix): the caller inspects each. Changes nothing.
+    /// The default fails with [`BackendErrorKind::Unsupported`].
+    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        let backend = self.name();
+        Box::pin(std::future::ready(Err(LockError::Backend(
+            BackendError::new(
+                BackendErrorKind::Unsupported,
+                format!("{backend}: list `{prefix}*`"),
+                format!("the {backend} backend cannot list its keys"),
+            ),
         ))))
     }
 

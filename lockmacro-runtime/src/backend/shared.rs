@@ -87,6 +87,10 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
         (**self).force_release(key)
     }
 
+    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        (**self).keys(prefix)
+    }
+
     fn downgrade<'a>(
         &'a self,
         key: &'a str,

@@ -1,6 +1,7 @@
 //! What an operator sees and clears of a key: its kind and holders read
-//! from the key and its shares prefix, with each lease's time to live; its
-//! leases deleted by force; a write turned into a read.
+//! from the key and its shares prefix, with each lease's time to live; the
+//! keys under a prefix; its leases deleted by force; a write turned into a
+//! read.
 
 use std::time::Duration;
 
@@ -10,8 +11,10 @@ use etcd_client::{
 
 use super::EtcdBackend;
 use super::wire::{
-    fence, folder, metadata, owned_by, queue_prefix, ranges, share_key, share_of, shares_prefix,
+    QUEUE, SHARES, fence, folder, metadata, owned_by, queue_prefix, ranges, share_key, share_of,
+    shares_prefix,
 };
+use crate::backend::keys::is_companion;
 use crate::backend::{HeldAs, Holder, Inspection, Share, TOKEN_LEN};
 use crate::{KeyKind, LockError};
 
@@ -90,6 +93,34 @@ impl EtcdBackend {
             })
             .await?;
         Ok(u64::try_from(ttl).ok().map(Duration::from_secs))
+    }
+
+    /// The lock keys under `prefix`, in one range read of the names alone:
+    /// a share names its key (`K/shares/…`), a fair waiter's entry, a fence
+    /// counter and a waiters flag name none; sorted.
+    pub(super) async fn list_keys(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let what = format!("list `{prefix}*`");
+        let options = GetOptions::new().with_prefix().with_keys_only();
+        let response = self
+            .txn(
+                &what,
+                Txn::new().and_then([TxnOp::get(prefix, Some(options))]),
+            )
+            .await?;
+        let mut keys: Vec<String> = ranges(&response)
+            .into_iter()
+            .flatten()
+            .filter_map(|kv| {
+                let name = kv.key_str().ok()?;
+                if let Some(end) = name.rfind(SHARES) {
+                    return Some(name[..end].to_owned());
+                }
+                (!name.contains(QUEUE) && !is_companion(name)).then(|| name.to_owned())
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
     }
 
     /// Deletes the key and everything under its shares prefix in one

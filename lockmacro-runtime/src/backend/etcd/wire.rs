@@ -42,9 +42,15 @@ pub(super) fn fence(revision: i64) -> u64 {
     u64::try_from(revision).unwrap_or(0)
 }
 
+/// What follows a key in the names of its fair waiters' entries.
+pub(super) const QUEUE: &str = "/queue/";
+
+/// What follows a key in the names of its shares.
+pub(super) const SHARES: &str = "/shares/";
+
 /// The queue of fair waiters of `key`, as a key prefix.
 pub(super) fn queue_prefix(key: &str) -> String {
-    format!("{key}/queue/")
+    format!("{key}{QUEUE}")
 }
 
 /// Everything the shares of `key` keep, as a key prefix: one key per share
@@ -52,7 +58,7 @@ pub(super) fn queue_prefix(key: &str) -> String {
 /// writers waiting for readers (`writing/<token>`). The kind of the key is
 /// in the names, so that it lives exactly as long as a share does.
 pub(super) fn shares_prefix(key: &str) -> String {
-    format!("{key}/shares/")
+    format!("{key}{SHARES}")
 }
 
 /// Where a waiting writer marks that readers coming after it must wait.

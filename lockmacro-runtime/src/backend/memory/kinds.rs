@@ -1,6 +1,6 @@
 //! What a key is, and what an operator sees and clears of it: the kind
-//! check of every acquire, `inspect`, `force_release` and the downgrade of
-//! a write to a read.
+//! check of every acquire, `inspect`, `keys`, `force_release` and the
+//! downgrade of a write to a read.
 
 use tokio::time::Instant;
 
@@ -63,6 +63,24 @@ impl State {
         });
         seen.fence = self.counter(fence_key, now).map(|counter| counter.value);
         seen
+    }
+
+    /// The keys under `prefix` held now, as a lock or by a share; sorted.
+    pub(super) fn keys(&mut self, prefix: &str, now: Instant) -> Vec<String> {
+        let candidates: Vec<String> = self
+            .leases
+            .keys()
+            .chain(self.permits.keys())
+            .filter(|key| key.starts_with(prefix))
+            .cloned()
+            .collect();
+        let mut keys: Vec<String> = candidates
+            .into_iter()
+            .filter(|key| self.kind(key, now).is_some())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 
     /// Deletes every lease on `key`, then serves its fair waiters and wakes

@@ -206,6 +206,10 @@ impl Backend for MemoryBackend {
         ready(Ok(self.state().inspect(key, fence_key, Instant::now())))
     }
 
+    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        ready(Ok(self.state().keys(prefix, Instant::now())))
+    }
+
     fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
         ready(Ok(self.state().force_release(key, Instant::now())))
     }

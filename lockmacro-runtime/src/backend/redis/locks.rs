@@ -398,6 +398,13 @@ macro_rules! speaks_protocol {
                 Box::pin(self.protocol.inspect(key, fence_key))
             }
 
+            fn keys<'a>(
+                &'a self,
+                prefix: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, Result<Vec<String>, $crate::LockError>> {
+                Box::pin(self.protocol.keys(prefix))
+            }
+
             fn force_release<'a>(
                 &'a self,
                 key: &'a str,

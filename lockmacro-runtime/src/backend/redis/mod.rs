@@ -18,9 +18,12 @@ pub(crate) use self::connect::open_manager;
 // The etcd backend's `https://` members share the process's provider.
 #[cfg(all(feature = "tls-rustls", feature = "etcd"))]
 pub(super) use self::tls::install_crypto_provider;
-// What the cluster backend shares with this one.
-#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::connect::{enable_tls, open_client, prepare_tls};
+// What the cluster and Sentinel backends share with this one.
+#[cfg(feature = "sentinel")]
+pub(super) use self::connect::enable_tls;
+pub(super) use self::connect::open_client;
+#[cfg(feature = "cluster")]
+pub(super) use self::connect::prepare_tls;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::errors::backend_error;
 pub(crate) use self::errors::redact;
@@ -33,9 +36,9 @@ pub(super) use self::protocol::Companions;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::scripts::Load;
 pub(super) use self::scripts::Lua;
-#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
-pub(super) use self::transport::Transport;
 pub(crate) use self::transport::send_once_more;
+#[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
+pub(super) use self::transport::{SCAN_COUNT, Transport};
 pub(super) use self::wakeups::Wakeups;
 
 use std::sync::Arc;

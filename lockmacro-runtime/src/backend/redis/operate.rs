@@ -1,5 +1,5 @@
 //! What an operator does to a key, over any [`Transport`]: see what holds
-//! it, clear it, and turn a write into a read.
+//! it, list the keys under a prefix, clear it, and turn a write into a read.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use super::protocol::kind_of;
 use super::scripts::{DOWNGRADE, FORCE_RELEASE, INSPECT};
 use super::transport::Transport;
 use crate::LockError;
+use crate::backend::keys::{is_companion, prefix_pattern};
 use crate::backend::{HeldAs, Holder, Inspection, TOKEN_LEN};
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -44,6 +45,16 @@ impl<T: Transport> Protocol<T> {
             .script("force-release", &keys, &FORCE_RELEASE, &args)
             .await?;
         Ok(done == 1)
+    }
+
+    /// The keys under `prefix` that may be locks: every key the scan finds
+    /// but the fence counters, queues and waiters flags; sorted.
+    pub(in crate::backend) async fn keys(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let mut keys = self.transport.scan(&prefix_pattern(prefix)).await?;
+        keys.retain(|key| !is_companion(key));
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
     }
 
     pub(in crate::backend) async fn downgrade(

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::config::RedisConfig;
 use super::connect::manager_for;
-use super::errors::Failure;
+use super::errors::{Failure, backend_error};
 use super::protocol::Companions;
 use super::retry::Policy;
 use super::scripts::Load;
@@ -67,6 +67,9 @@ pub(in crate::backend) trait Transport: Send + Sync + 'static {
 
     /// The pub/sub side, which hears releases and hand-offs.
     fn wakeups(&self) -> &Arc<Wakeups>;
+
+    /// Every key matching `pattern` (`SCAN MATCH`), on each master.
+    fn scan(&self, pattern: &str) -> impl Future<Output = Result<Vec<String>, LockError>> + Send;
 }
 
 /// One Redis server, through a reconnecting connection.
@@ -149,7 +152,43 @@ impl Transport for Server {
     fn wakeups(&self) -> &Arc<Wakeups> {
         &self.wakeups
     }
+
+    async fn scan(&self, pattern: &str) -> Result<Vec<String>, LockError> {
+        let mut conn = self.conn.clone();
+        scan_all(&mut conn, pattern)
+            .await
+            .map_err(|err| backend_error(&self.name, &format!("scan `{pattern}`"), err).into())
+    }
 }
+
+/// Every key matching `pattern` on the server behind `conn`, by `SCAN`
+/// (which, unlike `KEYS`, never blocks the server for long), in batches of
+/// a thousand.
+pub(in crate::backend) async fn scan_all(
+    conn: &mut impl ConnectionLike,
+    pattern: &str,
+) -> Result<Vec<String>, RedisError> {
+    let mut keys = Vec::new();
+    let mut cursor = 0_u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query_async(conn)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
+/// How many keys one `SCAN` step looks at.
+pub(in crate::backend) const SCAN_COUNT: usize = 1000;
 
 /// A single server's: a command that failed because the connection dropped
 /// (a server restart, an idle connection cut by a proxy) or was refused is

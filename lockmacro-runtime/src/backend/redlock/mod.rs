@@ -578,6 +578,10 @@ impl Backend for RedlockBackend {
         Box::pin(self.inspect_all(key, fence_key))
     }
 
+    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        Box::pin(self.keys_all(prefix))
+    }
+
     fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(self.force_release_all(key))
     }

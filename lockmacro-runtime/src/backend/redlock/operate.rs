@@ -1,5 +1,6 @@
 //! What an operator does to a key on every master: see what holds it (the
-//! majority's view) and clear it (on each of them).
+//! majority's view), list the keys (on any of them) and clear it (on each
+//! of them).
 
 use std::sync::Arc;
 
@@ -51,6 +52,30 @@ impl RedlockBackend {
         fences.sort_unstable_by(|a, b| b.cmp(a));
         seen.fence = fences.get(self.quorum() - 1).copied();
         Ok(seen)
+    }
+
+    /// The keys under `prefix` on any master, asking every master and
+    /// waiting for each (within the response timeout): a key a minority
+    /// holds is listed too, and its inspection tells. Fails when fewer than
+    /// a majority answered.
+    pub(super) async fn keys_all(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let prefix: Arc<str> = prefix.into();
+        let timeout = self.inner.config.response_timeout;
+        let mut set = self.fan_out(self.masters(), timeout, "list", move |backend| {
+            let prefix = prefix.clone();
+            async move { Ok(Answer::Yes(backend.keys(&prefix).await?)) }
+        });
+        let mut tally: Tally<Vec<String>, ()> = Tally::default();
+        while let Some(reply) = set.next().await {
+            tally.add(reply);
+        }
+        if tally.answered() < self.quorum() {
+            return Err(self.no_quorum("list", &tally).into());
+        }
+        let mut keys: Vec<String> = tally.yes.into_iter().flat_map(|(_, keys)| keys).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
     }
 
     /// Deletes every lease on `key` on every master, waiting for each

@@ -439,6 +439,12 @@ impl Backend for SentinelBackend {
         })
     }
 
+    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        self.follow(format!("list `{prefix}*`"), move |backend| async move {
+            backend.keys(prefix).await
+        })
+    }
+
     fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
         self.follow(
             format!("force-release `{key}`"),

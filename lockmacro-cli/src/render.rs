@@ -1,0 +1,153 @@
+//! What the commands print: a table or lines for people, JSON for scripts.
+
+use std::time::Duration;
+
+use lockmacro_runtime::{Holder, Inspection, KeyInfo, KeyKind};
+use serde_json::{Value, json};
+
+/// `lock`, `semaphore(3)`, `read-write`; `-` for a free key.
+pub fn kind(kind: Option<KeyKind>) -> String {
+    match kind {
+        None => "-".into(),
+        Some(KeyKind::Lock) => "lock".into(),
+        Some(KeyKind::Semaphore { permits }) => format!("semaphore({permits})"),
+        Some(KeyKind::ReadWrite) => "read-write".into(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// What a lease holds of its key: `lock`, `permit`, `read`, `write`.
+pub fn held_as(holder: &Holder) -> String {
+    format!("{:?}", holder.held_as).to_lowercase()
+}
+
+/// `29.8s`; `-` when the backend cannot tell.
+pub fn remaining(left: Option<Duration>) -> String {
+    left.map_or_else(|| "-".into(), |left| format!("{:.1}s", left.as_secs_f64()))
+}
+
+fn fence(fence: Option<u64>) -> String {
+    fence.map_or_else(|| "-".into(), |fence| fence.to_string())
+}
+
+/// One holder, for a sentence: ``lock by `worker-1` (29.8s left)``.
+pub fn holder(holder: &Holder) -> String {
+    format!(
+        "{} by `{}` ({} left)",
+        held_as(holder),
+        holder.metadata,
+        remaining(holder.remaining)
+    )
+}
+
+pub fn holder_json(holder: &Holder) -> Value {
+    json!({
+        "held_as": held_as(holder),
+        "metadata": holder.metadata,
+        "remaining_ms": holder.remaining.map(|left| left.as_millis() as u64),
+    })
+}
+
+/// A key and what `inspect` tells of it, as JSON.
+pub fn inspection_json(key: &str, seen: &Inspection) -> Value {
+    json!({
+        "key": key,
+        "held": seen.kind.is_some(),
+        "kind": seen.kind.map(|held| kind(Some(held))),
+        "holders": seen.holders.iter().map(holder_json).collect::<Vec<_>>(),
+        "waiters": seen.waiters,
+        "fence": seen.fence,
+    })
+}
+
+/// A key and what `inspect` tells of it, for people.
+pub fn inspection_text(key: &str, seen: &Inspection) -> String {
+    let mut text = match seen.kind {
+        None => format!("`{key}` is free\n"),
+        Some(held) => format!("`{key}` is held as {}\n", kind(Some(held))),
+    };
+    for one in &seen.holders {
+        text.push_str(&format!("  {}\n", holder(one)));
+    }
+    text.push_str(&format!(
+        "  waiters: {}, fence: {}\n",
+        seen.waiters,
+        fence(seen.fence)
+    ));
+    text
+}
+
+/// The listed keys as a table, a row per holder.
+pub fn table(keys: &[KeyInfo]) -> String {
+    let mut rows = vec![
+        [
+            "KEY",
+            "KIND",
+            "HELD AS",
+            "HOLDER",
+            "REMAINING",
+            "FENCE",
+            "WAITERS",
+        ]
+        .map(String::from),
+    ];
+    for info in keys {
+        let seen = &info.inspection;
+        for one in &seen.holders {
+            rows.push([
+                info.key.clone(),
+                kind(seen.kind),
+                held_as(one),
+                one.metadata.clone(),
+                remaining(one.remaining),
+                fence(seen.fence),
+                seen.waiters.to_string(),
+            ]);
+        }
+    }
+    let mut widths = [0; 7];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:width$}"))
+            .collect();
+        text.push_str(cells.join("  ").trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockmacro_runtime::HeldAs;
+
+    #[test]
+    fn the_table_has_a_row_per_holder_under_aligned_headers() {
+        let mut seen = Inspection::free();
+        seen.kind = Some(KeyKind::Semaphore { permits: 2 });
+        seen.holders = vec![
+            Holder::new(HeldAs::Permit, "a", Some(Duration::from_millis(1500))),
+            Holder::new(HeldAs::Permit, "worker-b", None),
+        ];
+        let listed = table(&[KeyInfo::new("jobs", seen)]);
+        let lines: Vec<&str> = listed.lines().collect();
+        assert_eq!(lines.len(), 3, "{listed}");
+        assert!(
+            lines[0].starts_with("KEY   KIND          HELD AS  HOLDER"),
+            "{listed}"
+        );
+        assert!(
+            lines[1].starts_with("jobs  semaphore(2)  permit   a    "),
+            "{listed}"
+        );
+        assert!(lines[2].contains("worker-b  -"), "{listed}");
+    }
+}
