@@ -9,6 +9,13 @@
 //! | `lockmacro_fences` | fence key, last token minted | acquire with a fence, in the same transaction |
 //! | `lockmacro_queue` | key, fair waiter's token, arrival `seq`, `expires_at` | a fair attempt that found the key taken; its release or give-up deletes it |
 //! | `lockmacro_given_back` | a token released while it held nothing, for a minute | release; an acquire with that token (cancelled, still on its way) is refused |
+//! | `lockmacro_shares` | key, holder's token, `permits` (NULL: read-write), `held_as` (`permit`, `read`, `write`), value, `expires_at` | a share's acquire, refresh, release (delete by token), downgrade (`write` to `read`) |
+//! | `lockmacro_writing` | key, until when readers wait behind a waiting writer | a writer's attempt that found readers; its write deletes it |
+//!
+//! A key is a lock row or shares of one kind, never both: an acquire of
+//! another kind is refused in the statement (SQLSTATE `LMKND`, read as
+//! [`LockError::WrongKind`]) before it writes anything. Force-release
+//! deletes every row of a key and notifies its waiters.
 //!
 //! Each operation is one statement calling a function of the migration
 //! ([`POSTGRES_MIGRATION`]), sent as a simple query: no session state, no
@@ -18,9 +25,12 @@ mod acquire;
 mod config;
 mod errors;
 mod fair;
+mod inspect;
+mod kinds;
 mod listen;
 mod refresh;
 mod schema;
+mod shares;
 mod sql;
 
 pub use self::config::PostgresConfig;
@@ -35,7 +45,8 @@ use self::errors::{backend_error, timed_out, unexpected};
 use self::listen::Releases;
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, RefreshRequest, ReleaseListener,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, Inspection, RefreshRequest,
+    ReleaseListener,
 };
 
 /// The longest lock or fence key the backend stores, in bytes; longer ones
@@ -330,6 +341,26 @@ impl Backend for PostgresBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::none().with_fair_queue(self)
+        Capabilities::none().with_fair_queue(self).with_shares()
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        Box::pin(self.inspect_key(key, fence_key))
+    }
+
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.force_release_key(key))
+    }
+
+    fn downgrade<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.downgrade_write(key, token))
     }
 }

@@ -22,34 +22,49 @@ use crate::error::{BackendError, BackendErrorKind};
 pub const POSTGRES_MIGRATION: &str =
     include_str!("../../../migrations/postgres/0001_lockmacro.sql");
 
+/// What `lockmacro_schema_version()` answers once [`POSTGRES_MIGRATION`]
+/// has run: a schema older than that is brought up to date (or, where the
+/// backend may not, named as missing) like a missing one.
+const SCHEMA_VERSION: i32 = 2;
+
 /// Taken while the migration runs, so that backends starting together do
 /// not create the same functions at once (which PostgreSQL refuses with
 /// "tuple concurrently updated").
 const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(1819239275, 0)";
 
 impl PostgresBackend {
-    /// Creates the schema when it is missing, or says which migration to
-    /// run when it may not.
+    /// Creates the schema when it is missing or older than this crate's,
+    /// or says which migration to run when it may not.
     pub(super) async fn ensure_schema(&self) -> Result<(), LockError> {
         let what = "check the schema";
-        let present = self
-            .rows(
+        let version = match self
+            .scalar(
                 what,
-                "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer"
-                    .to_owned(),
+                "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer",
             )
-            .await?;
-        let present: Option<i32> = present
-            .first()
-            .and_then(|row| sqlx::Row::try_get(row, 0).ok());
-        if present == Some(1) {
+            .await?
+        {
+            Some(1) => {
+                self.scalar(what, "SELECT lockmacro_schema_version()")
+                    .await?
+            }
+            _ => None,
+        };
+        if version.is_some_and(|version| version >= SCHEMA_VERSION) {
             return Ok(());
         }
         if !self.config.create_schema {
+            let state = match version {
+                Some(version) => format!(
+                    "lockmacro's tables are out of date (version {version}; this version of \
+                     lockmacro needs {SCHEMA_VERSION})"
+                ),
+                None => "lockmacro's tables are missing".to_owned(),
+            };
             return Err(BackendError::new(
                 BackendErrorKind::Other,
                 format!("postgres {}: {what}", self.server),
-                format!("lockmacro's tables are missing: {RUN_THE_MIGRATION}"),
+                format!("{state}: {RUN_THE_MIGRATION}"),
             )
             .into());
         }
@@ -65,5 +80,11 @@ impl PostgresBackend {
             Ok(Err(err)) => Err(self.error(what, err)),
             Err(_) => Err(self.late(what)),
         }
+    }
+
+    /// The one integer `sql` selects.
+    async fn scalar(&self, what: &str, sql: &str) -> Result<Option<i32>, LockError> {
+        let rows = self.rows(what, sql.to_owned()).await?;
+        Ok(rows.first().and_then(|row| sqlx::Row::try_get(row, 0).ok()))
     }
 }
