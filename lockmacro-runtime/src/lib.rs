@@ -131,9 +131,12 @@
 //!   nothing depends on holding a session: it works through PgBouncer in
 //!   transaction mode. Fencing tokens come from a per-key counter committed
 //!   with the lock, and never go backwards; waiters are woken by
-//!   `LISTEN`/`NOTIFY`; fair waiters are served in arrival order; no
-//!   permits or read-write locks. The backend creates its tables when they
-//!   are missing; a user who may not create tables runs the migration
+//!   `LISTEN`/`NOTIFY`; fair waiters are served in arrival order.
+//!   Semaphores (fair permits among them) and read-write locks too, each
+//!   share a row with its own lease, and `Locker::inspect` and
+//!   `Locker::force_release`. The backend creates its tables when they
+//!   are missing, and brings those of an earlier version up to date; a
+//!   user who may not create tables runs the migration
 //!   `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql` (also
 //!   `POSTGRES_MIGRATION`) first, as the error says.
 //! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
@@ -353,9 +356,13 @@
 //! holders are counted. On etcd each permit is a key of its own under the
 //! lock key's `/shares/` prefix, attached to its holder's lease, and an
 //! attempt counts them and takes its own in one transaction; its fencing
-//! token is the revision it was taken at, as for a lock. One server, a
-//! cluster, Sentinel, etcd and memory keep permits; Redlock refuses them, as
-//! it refuses `fair` and `replicas`, before anything is sent.
+//! token is the revision it was taken at, as for a lock. On PostgreSQL each
+//! permit is a row of `lockmacro_shares` whose expiry the server sets from
+//! its own clock, taken in one statement that counts the live ones; its
+//! fencing token comes from the key's counter, as for a lock. One server, a
+//! cluster, Sentinel, etcd, PostgreSQL and memory keep permits; Redlock
+//! refuses them, as it refuses `fair` and `replicas`, before anything is
+//! sent.
 //!
 //! ## Read-write locks
 //!
@@ -419,7 +426,8 @@
 //! ([`ObtainOptions::metadata`], the attribute's `metadata = "…"`); the
 //! attribute records the host name and process id when given none. On
 //! Redis, a lock's holder shows its metadata; a permit's or a read's shows
-//! none (shares keep only their token).
+//! none (shares keep only their token). On etcd, PostgreSQL and memory,
+//! every holder shows its own.
 //!
 //! [`Locker::force_release`] clears a stuck key: every lease on it is
 //! deleted and its waiters are woken. Each former holder learns it at its

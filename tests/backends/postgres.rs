@@ -97,7 +97,8 @@ async fn a_user_who_may_not_create_the_tables_is_told_which_migration_to_run() {
     db.execute(POSTGRES_MIGRATION).await;
     db.execute(
         "GRANT SELECT, INSERT, UPDATE, DELETE \
-         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back TO weak",
+         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back, \
+         lockmacro_shares, lockmacro_writing TO weak",
     )
     .await;
     let locker = Locker::new(connect(&url, PostgresConfig::default()).await.unwrap());
@@ -173,4 +174,37 @@ async fn a_pool_without_free_connections_fails_within_its_acquire_timeout() {
         "obtain once a connection is free",
     );
     fx.check(lock.release().await, "release");
+}
+
+/// A database on the first version of the schema, from before shares: a
+/// backend that may create tables brings it up to date as it starts; one
+/// that may not says it is out of date and names the migration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_of_an_earlier_version_is_brought_up_to_date() {
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().unwrap();
+    db.execute(
+        "DROP TABLE lockmacro_shares, lockmacro_writing; \
+         CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer \
+         LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$",
+    )
+    .await;
+    let config = PostgresConfig::default().create_schema(false);
+    let (_, message) = backend_error(connect(&db.url(), config).await);
+    assert!(
+        message.contains("out of date") && message.contains("0001_lockmacro.sql"),
+        "{message}"
+    );
+    let locker = Locker::new(connect(&db.url(), PostgresConfig::default()).await.unwrap());
+    let permit = fx.check(
+        locker
+            .obtain(
+                "api",
+                Duration::from_secs(5),
+                ObtainOptions::new().permits(2),
+            )
+            .await,
+        "a permit on the schema brought up to date",
+    );
+    fx.check(permit.release().await, "release");
 }

@@ -26,6 +26,8 @@ mod permits;
 mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_network;
+#[cfg(feature = "postgres")]
+mod postgres_permits;
 mod process;
 mod restart;
 mod shutdown;

@@ -56,7 +56,9 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// Locks in a PostgreSQL database, through sqlx: leases kept in a table and
 /// judged by the server's clock, fencing tokens from per-key counters that
 /// never go backwards, waiters woken by `LISTEN`/`NOTIFY`, fair waiters in
-/// arrival order.
+/// arrival order, semaphores and read-write locks, and
+/// [`Locker::inspect`](crate::Locker::inspect) and
+/// [`Locker::force_release`](crate::Locker::force_release).
 ///
 /// # Leases on the server's clock
 ///
@@ -79,13 +81,27 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// are committed with the lock (a restart cannot roll one back without the
 /// lock) and are never reset.
 ///
+/// # Semaphores and read-write locks
+///
+/// A permit, a read or the write is a row of `lockmacro_shares` on a lease
+/// of its own, on the server's clock like a lock's: refreshed by the same
+/// batched statement, released by its token (which notifies the waiters),
+/// and free once expired, so a dead holder's share comes back after its
+/// ttl, never sooner. One statement counts the live shares and takes one,
+/// under the key's transaction-scoped advisory lock. Fair waiters for
+/// permits queue in `lockmacro_queue` with fair lock waiters; a writer
+/// waiting for readers holds back the readers after it. A key keeps one
+/// kind while held ([`KeyKind`](crate::KeyKind)); an obtain of another is
+/// refused before anything is written.
+///
 /// # Schema
 ///
 /// The backend creates its tables and functions when they are missing
 /// ([`POSTGRES_MIGRATION`], the file
-/// `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql`). A user who
-/// may not create tables gets an error naming that migration: run it as one
-/// who may.
+/// `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql`), and runs it
+/// again over the tables of an earlier version, which it adds to. A user
+/// who may not create tables gets an error naming that migration: run it as
+/// one who may.
 ///
 /// # Poolers
 ///
