@@ -39,7 +39,7 @@ pub struct FirstExample;
 /// ```
 pub struct Guard;
 
-/// "Mistakes are compile errors". `tests/ui/fail` pins each message.
+/// "Mistakes are compile errors". `ui/tests/ui/fail` pins each message.
 ///
 /// ```compile_fail
 /// # use lockmacro_runtime::{LockError, distributed_lock};

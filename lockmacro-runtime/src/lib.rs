@@ -662,7 +662,7 @@
 //! [`RedisConfig::tls_client_certificate`]. A Redis
 //! user restricted by ACLs needs the scripts (`+evalsha +script|load`), the
 //! commands they call, the lock and fence keys and, for wake-ups, the release
-//! channels; the README's "Permissions a Redis user needs" has the exact
+//! channels; "Permissions a Redis user needs" in the repository's `docs/security.md` has the exact
 //! `ACL SETUSER` line. A missing permission fails with
 //! [`BackendErrorKind::Permission`], naming what to grant; a failed handshake
 //! with [`BackendErrorKind::Tls`].

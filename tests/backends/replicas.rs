@@ -246,16 +246,16 @@ async fn attribute_replicas_runs_the_body_only_once_replicated() {
     }
 }
 
-const README: &str = include_str!("../../README.md");
+const SECURITY_DOC: &str = include_str!("../../docs/security.md");
 
-/// The README's `ACL SETUSER` line for everything but `replicas`, and its
+/// The `ACL SETUSER` line of docs/security.md for everything but `replicas`, and its
 /// addition for `replicas`, as separate rules.
-fn readme_rules() -> (Vec<&'static str>, Vec<&'static str>) {
+fn documented_rules() -> (Vec<&'static str>, Vec<&'static str>) {
     let line = |wanted: &dyn Fn(&str) -> bool| -> Vec<&'static str> {
-        let line = README
+        let line = SECURITY_DOC
             .lines()
             .find(|line| wanted(line))
-            .expect("README.md shows the line under \"Permissions a Redis user needs\"");
+            .expect("docs/security.md shows the line under \"Permissions a Redis user needs\"");
         line.split_whitespace().skip(3).collect()
     };
     (
@@ -267,8 +267,8 @@ fn readme_rules() -> (Vec<&'static str>, Vec<&'static str>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readme_permissions_for_replicas_are_enough_and_needed() {
-    let (base, extras) = readme_rules();
+async fn documented_permissions_for_replicas_are_enough_and_needed() {
+    let (base, extras) = documented_rules();
     let server = RedisServer::start();
     let user = |name: &str, rules: &[&str]| {
         let mut args = vec!["ACL", "SETUSER", name];

@@ -1,5 +1,5 @@
 //! Redis users restricted by ACLs: a missing permission is reported as such,
-//! naming what to grant, and the list in the README's "Permissions a Redis
+//! naming what to grant, and the list in docs/security.md's "Permissions a Redis
 //! user needs" is enough for everything, wake-ups included.
 
 use std::time::{Duration, Instant};
@@ -11,23 +11,25 @@ use redis::Value;
 
 use crate::{LONG, once};
 
-const README: &str = include_str!("../../README.md");
+const SECURITY_DOC: &str = include_str!("../../docs/security.md");
 
-/// The `ACL SETUSER` line of the README, as separate arguments.
-fn readme_acl_line() -> Vec<&'static str> {
-    let line = README
+/// The `ACL SETUSER` line of docs/security.md, as separate arguments.
+fn documented_acl_line() -> Vec<&'static str> {
+    let line = SECURITY_DOC
         .lines()
         .find(|line| line.starts_with("ACL SETUSER locks "))
-        .expect("README.md shows `ACL SETUSER locks …` under \"Permissions a Redis user needs\"");
+        .expect(
+            "docs/security.md shows `ACL SETUSER locks …` under \"Permissions a Redis user needs\"",
+        );
     line.split_whitespace().collect()
 }
 
-/// What the README adds to the line for `Locker::cluster`.
-fn readme_cluster_extras() -> Vec<&'static str> {
-    let line = README
+/// What docs/security.md adds to the line for `Locker::cluster`.
+fn documented_cluster_extras() -> Vec<&'static str> {
+    let line = SECURITY_DOC
         .lines()
         .find(|line| line.starts_with("ACL SETUSER locks +"))
-        .expect("README.md shows the cluster's additions as `ACL SETUSER locks +…`");
+        .expect("docs/security.md shows the cluster's additions as `ACL SETUSER locks +…`");
     line.split_whitespace().skip(3).collect()
 }
 
@@ -133,9 +135,9 @@ async fn user_without_a_command_the_scripts_call_is_told_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readme_permissions_are_enough_for_locks_fences_and_wakeups() {
+async fn documented_permissions_are_enough_for_locks_fences_and_wakeups() {
     let server = RedisServer::start();
-    let () = server.cmd(&readme_acl_line());
+    let () = server.cmd(&documented_acl_line());
     let url = url_for(&server, "locks", "change-me");
     let holder = server
         .expect_ok(Locker::connect(&url).await, "connect")
@@ -189,11 +191,11 @@ async fn readme_permissions_are_enough_for_locks_fences_and_wakeups() {
 }
 
 #[tokio::test]
-async fn readme_permissions_are_enough_for_redlock() {
+async fn documented_permissions_are_enough_for_redlock() {
     let masters = RedisServer::start_many(3);
     let mut urls = Vec::new();
     for master in &masters {
-        let () = master.cmd(&readme_acl_line());
+        let () = master.cmd(&documented_acl_line());
         urls.push(url_for(master, "locks", "change-me"));
     }
     let locker = Locker::redlock(&urls)
@@ -218,12 +220,12 @@ async fn readme_permissions_are_enough_for_redlock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readme_permissions_and_the_cluster_extras_are_enough_for_a_cluster() {
+async fn documented_permissions_and_the_cluster_extras_are_enough_for_a_cluster() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .expect("cluster");
-    let mut line = readme_acl_line();
-    line.extend_from_slice(&readme_cluster_extras());
+    let mut line = documented_acl_line();
+    line.extend_from_slice(&documented_cluster_extras());
     let mut seeds = Vec::new();
     for node in cluster.nodes() {
         let () = node.cmd(&line);

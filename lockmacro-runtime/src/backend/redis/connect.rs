@@ -120,7 +120,7 @@ pub(in crate::backend) async fn manager_for(
         // refuses each command, and a port of another service may answer in
         // its own protocol: one command tells both here, not at the first
         // lock. `TIME`, which the lock scripts call, is in the permissions
-        // the README lists, so a user granted just those leaves no refusal
+        // `docs/security.md` lists, so a user granted just those leaves no refusal
         // in the server's ACL log.
         match redis::cmd("TIME")
             .query_async::<redis::Value>(&mut conn)

@@ -136,7 +136,7 @@ fn permission_fix(denied: &str) -> String {
                `+subscribe +unsubscribe`, the lock keys and their fence keys \
                (`~<namespace>:* ~{<namespace>:*`) and the channels \
                `&lockmacro:released:<namespace>:*`; see \"Permissions a Redis user needs\" \
-               in the README";
+               in docs/security.md";
     let command = denied
         .split("run the '")
         .nth(1)
