@@ -95,19 +95,21 @@
 //!
 //! | feature | what it adds | default |
 //! |---|---|---|
-//! | `tls-rustls` | `rediss://` URLs (rustls with *ring*); without it a `rediss://` URL is refused with an error that names the feature | on |
+//! | `tls-rustls` | `rediss://` URLs, and `https://` etcd members with `etcd` (rustls with *ring*, no OpenSSL); without it a `rediss://` or `https://` URL is refused with an error that names the feature | on |
 //! | `cluster` | Redis Cluster: `Locker::cluster`, `ClusterBackend` | off |
+//! | `sentinel` | Redis Sentinel: `Locker::sentinel`, `SentinelBackend` | off |
 //! | `metrics` | counters, histograms and a gauge through the `metrics` facade (see [Metrics](#metrics)) | off |
-//! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend` (its build needs `protoc`) | off |
+//! | `etcd` | an etcd backend: `Locker::etcd`, `EtcdBackend`, `EtcdConfig` with etcd users and, with `tls-rustls`, TLS roots and client certificates (its build needs `protoc`) | off |
 //! | `postgres` | a PostgreSQL backend on sqlx: `Locker::postgres`, `Locker::postgres_pool`, `PostgresBackend` | off |
 //! | `tower` | `LockLayer`: a lock per request in a tower stack (axum, tonic; see [A lock per request](#a-lock-per-request)) | off |
 //!
 //! ## Backends
 //!
 //! - [`Locker::connect`]: one Redis server ([`RedisBackend`]).
-//! - [`Locker::sentinel`]: the master of a Redis Sentinel deployment
-//!   ([`SentinelBackend`]), followed through failovers; see its
-//!   documentation for what a failover can lose and how to narrow it.
+//! - `Locker::sentinel`: the master of a Redis Sentinel deployment
+//!   (`SentinelBackend`), with the `sentinel` feature, followed through
+//!   failovers; see its documentation for what a failover can lose and how
+//!   to narrow it.
 //! - `Locker::cluster`: Redis Cluster (`ClusterBackend`), with the `cluster`
 //!   feature. Keys locked
 //!   together, and a lock with its fence counter, must share a hash slot; the
@@ -123,7 +125,12 @@
 //!   tokens" below. Leases are whole seconds on etcd (a shorter ttl is
 //!   rounded up on the server, and still trusted locally only for the ttl
 //!   asked for). Semaphores and read-write locks too, fair permits among
-//!   them. Its build needs `protoc`.
+//!   them. Its build needs `protoc`. Production members: `https://` URLs
+//!   with `EtcdConfig::tls_root_certificate` and
+//!   `EtcdConfig::tls_client_certificate` (or their `_file` forms), and etcd
+//!   users, in the URL (`http://user:password@host:port`) or with
+//!   `EtcdConfig::user`; an expired token is replaced by a new one without
+//!   the caller seeing it.
 //! - `Locker::postgres(url)` and `Locker::postgres_pool(pool)` (the
 //!   service's own sqlx `PgPool`): a PostgreSQL database
 //!   (`PostgresBackend`), with the `postgres` feature. A lock is a row whose
@@ -758,12 +765,14 @@ pub mod missing_feature;
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use crate::backend::ClusterBackend;
+#[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+pub use crate::backend::SentinelBackend;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use crate::backend::{EtcdBackend, EtcdConfig};
 pub use crate::backend::{
     HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
-    SentinelBackend,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -9,9 +9,7 @@ use crate::options::Fencing;
 use crate::registry::{Registry, shut_down};
 use crate::wait::{Request, Wait};
 use crate::watchdog::Watchdog;
-use crate::{
-    Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend, SentinelBackend,
-};
+use crate::{Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend};
 
 /// Takes locks on one backend, under an optional namespace.
 ///
@@ -126,7 +124,8 @@ impl Locker {
     /// that name and which carries the master's credentials and database
     /// (`redis://app:secret@mymaster/0`). See [`SentinelBackend`] for how
     /// calls ride out a failover, what a failover can lose, and
-    /// [`SentinelBackend::connect_with`] for timeouts and TLS.
+    /// [`SentinelBackend::connect_with`] for timeouts and TLS. Needs the
+    /// `sentinel` feature.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
@@ -139,13 +138,18 @@ impl Locker {
     /// .await?;
     /// # let _ = locker; Ok(()) }
     /// ```
+    ///
+    /// [`SentinelBackend`]: crate::SentinelBackend
+    /// [`SentinelBackend::connect_with`]: crate::SentinelBackend::connect_with
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn sentinel<I, S>(master: &str, sentinels: I) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
         Ok(Locker::new(
-            SentinelBackend::connect(master, sentinels).await?,
+            crate::SentinelBackend::connect(master, sentinels).await?,
         ))
     }
 

@@ -6,7 +6,7 @@
 //! nothing implements, so none can be called, and each is hidden from the
 //! documentation, where the real constructor is shown.
 
-#[cfg(not(all(feature = "cluster", feature = "etcd")))]
+#[cfg(not(all(feature = "cluster", feature = "etcd", feature = "sentinel")))]
 use crate::{LockError, Locker};
 
 /// Implemented by nothing: the bound of `Locker::cluster` in a build
@@ -17,6 +17,15 @@ use crate::{LockError, Locker};
     note = "enable it in Cargo.toml: `lockmacro-runtime = {{ version = \"…\", features = [\"cluster\"] }}`"
 )]
 pub trait ClusterFeature {}
+
+/// Implemented by nothing: the bound of `Locker::sentinel` in a build
+/// without the `sentinel` feature.
+#[diagnostic::on_unimplemented(
+    message = "`Locker::sentinel` needs the `sentinel` feature of `lockmacro-runtime`",
+    label = "Redis Sentinel is left out of this build",
+    note = "enable it in Cargo.toml: `lockmacro-runtime = {{ version = \"…\", features = [\"sentinel\"] }}`"
+)]
+pub trait SentinelFeature {}
 
 /// Implemented by nothing: the bound of `Locker::etcd` in a build without
 /// the `etcd` feature.
@@ -64,5 +73,25 @@ impl Locker {
     {
         let _ = endpoints;
         unreachable!("`EtcdFeature` has no implementation, so this cannot be called")
+    }
+}
+
+#[cfg(not(feature = "sentinel"))]
+impl Locker {
+    /// Needs the `sentinel` feature: see the crate documentation.
+    ///
+    /// ```compile_fail,E0277
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// let locker = lockmacro_runtime::Locker::sentinel("mymaster", ["redis://10.0.0.1:26379"]).await?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(hidden)]
+    pub async fn sentinel<I, S>(master: &str, sentinels: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str> + SentinelFeature,
+    {
+        let _ = (master, sentinels);
+        unreachable!("`SentinelFeature` has no implementation, so this cannot be called")
     }
 }

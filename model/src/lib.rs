@@ -15,6 +15,7 @@
 //! | [`Fair`] | `acquire_fair.lua`, `grant.lua`, `confirm.lua`, the queue and grant leases |
 //! | [`Shares`] | `acquire_shared.lua`: permits, and read-write locks |
 //! | [`Fences`] | `fence.lua`: counters seeded from the clock, expiring, lost on restart |
+//! | [`Kinds`] | `kinds.lua`'s marker and `WrongKind`, `downgrade.lua`, `force_release.lua` |
 //!
 //! ```
 //! use lockmacro_model::{Fences, Timing};
@@ -26,6 +27,7 @@
 
 mod fair;
 mod fences;
+mod kinds;
 mod plain;
 mod scripts;
 mod shares;
@@ -33,6 +35,9 @@ mod time;
 
 pub use fair::{Entry, Fair, FairAction, FairMsg, FairMutations, FairOp, FairState, Held, Waiter};
 pub use fences::{Fences, FencesAction, FencesMutations, FencesState, Taker};
+pub use kinds::{
+    Asked, Key, Kinds, KindsAction, KindsMutations, KindsOp, KindsState, Marker, Stand,
+};
 pub use plain::{Answer, Client, Msg, Op, Phase, Plain, PlainAction, PlainMutations, PlainState};
 pub use scripts::{SCRIPTS, Script};
 pub use shares::{

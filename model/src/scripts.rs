@@ -25,18 +25,18 @@ pub struct Script {
 pub const SCRIPTS: &[Script] = &[
     script(
         "acquire.lua",
-        "2fa3210570729abf4150dba9bccd3e35b6fa938807095fe0d0132e0ae390d2e8",
-        &["Plain", "Fences"],
+        "cfed972485b4b4bdbcc85ad17bd2e8b2523f9fdd93a438076fb33126e64f368c",
+        &["Plain", "Fences", "Kinds"],
     ),
     script(
         "acquire_fair.lua",
-        "00726ef9c969a7fb5f7be65163b6cb88f79e809d520985d2f5c6a8bf8d9782b2",
+        "88eedff8925252fcc8104f69925f8f6f9f9a1aa0b4fff71a629787507790629d",
         &["Fair"],
     ),
     script(
         "acquire_shared.lua",
-        "8dbe11ce0cff55ec4d0af67c774f824c3e03e8f03f10935ff6ef57a8c096a045",
-        &["Shares"],
+        "80851adb6f4bf5b08d23cff3cf4a9419d6904040ed51d8d5b204bdd80018a50f",
+        &["Shares", "Kinds"],
     ),
     script(
         "confirm.lua",
@@ -46,11 +46,11 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "downgrade.lua",
         "fa993a54dbb760fee8fd924ac0a349a9620bedeabc0f569137bc625bf951ac64",
-        &[],
+        &["Kinds"],
     ),
     script(
         "fence.lua",
-        "f8a5604cc363e88c737ce5e462d814786bf5c91ccd72aef2300f02dccacb7f23",
+        "5212597577fa47eb284db16d7f1563a372b152e42eaf1c4dab57eabccc47e499",
         &["Fences"],
     ),
     script(
@@ -61,7 +61,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "force_release.lua",
         "ab794297ecc6ca8041e1d11a2ec1de3e9425244c73d697b7a9977f5dfba53484",
-        &[],
+        &["Kinds"],
     ),
     script(
         "grant.lua",
@@ -76,12 +76,12 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "kinds.lua",
         "7504aabeb05da0b754e95e3e136d81cf96b1b82a3fa28c06eb269bc5a8eb645a",
-        &[],
+        &["Kinds"],
     ),
     script(
         "leases.lua",
         "f66f4afe53efcf7e77e7ee3e664bcee5bc9fbfd648a57e0e8d4757a2224f3fb1",
-        &["Plain", "Fair", "Shares"],
+        &["Plain", "Fair", "Shares", "Kinds"],
     ),
     script(
         "raise_fence.lua",
@@ -91,7 +91,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "refresh.lua",
         "134406dd091a520bc18c131e501cde8c3e95d77320a0787e7495946edd21d72f",
-        &["Plain", "Fair", "Shares"],
+        &["Plain", "Fair", "Shares", "Kinds"],
     ),
     script(
         "refresh_many.lua",
@@ -101,7 +101,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "release.lua",
         "1bfd0dcfe93c55c0351aaeed066a1cad25d8b9ff7e39058407a2b70f55bb9278",
-        &["Plain", "Fair", "Shares", "Fences"],
+        &["Plain", "Fair", "Shares", "Fences", "Kinds"],
     ),
     script(
         "release_announce.lua",

@@ -2,7 +2,7 @@
 //! are those `docs/model.md` quotes (`cargo test -p lockmacro-model --
 //! --nocapture` prints them).
 
-use lockmacro_model::{Fair, Fences, Plain, Shares, SharesKind, Timing};
+use lockmacro_model::{Asked, Fair, Fences, Kinds, Plain, Shares, SharesKind, Timing};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::Instant;
@@ -92,7 +92,7 @@ fn fences_go_up_across_the_counters_expiry() {
         fence_expiry: Timing::default().ttl + 1,
         ..Fences::new(2, Timing::default())
     };
-    exhaust("fences expiring, 2 clients", model).assert_no_discovery("fences only go up");
+    exhaust("fences expiring, 2 clients", model).assert_properties();
 }
 
 #[test]
@@ -112,4 +112,19 @@ fn three_clients_on_the_plain_lock_keep_every_property() {
     ] {
         checker.assert_no_discovery(property);
     }
+}
+
+#[test]
+fn a_key_is_held_as_one_kind_at_a_time() {
+    let model = Kinds {
+        attempts: 1,
+        ..Kinds::new(vec![Asked::Lock, Asked::Permits(2), Asked::Read], timing(3))
+    };
+    exhaust("kinds, a lock, a permit and a read", model).assert_properties();
+}
+
+#[test]
+fn a_downgrade_lets_no_writer_in_beside_the_reader() {
+    let model = Kinds::new(vec![Asked::Write, Asked::Write], timing(3));
+    exhaust("kinds, 2 writers", model).assert_properties();
 }

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockmacro_runtime::backend::Backend;
-use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions, SentinelBackend};
+use lockmacro_runtime::{LockError, Locker, MemoryBackend, ObtainOptions};
 
 use crate::RedisServer;
 use crate::cluster::RedisCluster;
 use crate::kind::Kind;
-use crate::sentinel::{MASTER_NAME, RedisSentinel};
+use crate::sentinel::RedisSentinel;
 use crate::shared::Shared;
 
 /// Independent masters behind the Redlock fixture: the smallest count with a
@@ -347,11 +347,17 @@ impl Fixture {
             Under::Etcd(cluster) => cluster.locker().await,
             #[cfg(feature = "postgres")]
             Under::Postgres(db) => db.locker().await,
+            #[cfg(feature = "sentinel")]
             Under::Sentinel(deployment) => {
-                let backend =
-                    SentinelBackend::connect(MASTER_NAME, deployment.sentinel_urls()).await;
+                let backend = lockmacro_runtime::SentinelBackend::connect(
+                    crate::sentinel::MASTER_NAME,
+                    deployment.sentinel_urls(),
+                )
+                .await;
                 Locker::new(self.check(backend, "connect"))
             }
+            #[cfg(not(feature = "sentinel"))]
+            Under::Sentinel(_) => panic!("the Sentinel fixture needs the `sentinel` feature"),
         }
     }
 

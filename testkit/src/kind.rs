@@ -261,6 +261,7 @@ macro_rules! for_each_backend {
         $crate::__backend_module!(Redis, on_redis, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
         $crate::__backend_module!(Cluster, on_cluster, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
         $crate::__backend_module!(Redlock, on_redlock, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        #[cfg(feature = "sentinel")]
         $crate::__backend_module!(Sentinel, on_sentinel, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
         $crate::__backend_module!(Memory, on_memory, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
         $crate::__backend_module!(Outside, on_a_backend_written_outside_the_crate, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);

@@ -5,7 +5,8 @@
 //!
 //! - Servers: [`RedisServer`] (one `redis-server`), [`cluster::RedisCluster`],
 //!   [`sentinel::RedisSentinel`] (a master, two replicas, three sentinels),
-//!   [`etcd::EtcdCluster`] (one member or several), `postgres::PostgresServer`
+//!   [`etcd::EtcdCluster`] (one member or several), [`etcd_secure::SecureEtcd`]
+//!   (one member with TLS or users), `postgres::PostgresServer`
 //!   and `pgbouncer::PgBouncer` (feature `postgres`); every process is killed
 //!   and reaped on drop, dies with the test process, and every panic the kit
 //!   raises carries the servers' logs. [`shared::Shared`] keeps one server
@@ -28,6 +29,7 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod etcd_secure;
 pub mod fixture;
 pub mod kind;
 pub mod outside;

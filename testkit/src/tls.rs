@@ -81,6 +81,16 @@ impl TestCa {
         fs::read(self.path("client.key")).expect("cannot read client.key")
     }
 
+    /// The client certificate's file.
+    pub fn client_cert(&self) -> PathBuf {
+        self.path("client.crt")
+    }
+
+    /// The client key's file.
+    pub fn client_key(&self) -> PathBuf {
+        self.path("client.key")
+    }
+
     pub fn ca_cert(&self) -> PathBuf {
         self.path("ca.crt")
     }

@@ -15,4 +15,5 @@ mod pgbouncer;
 mod postgres;
 mod redlock;
 mod replicas;
+#[cfg(feature = "sentinel")]
 mod sentinel;

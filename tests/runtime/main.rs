@@ -4,6 +4,7 @@
 mod cases;
 mod election;
 mod fair;
+mod fence_retry;
 mod inspect;
 mod kinds;
 mod leftovers;

@@ -1,7 +1,7 @@
 //! The storage a [`Locker`](crate::Locker) runs on.
 //!
-//! [`RedisBackend`] (one server), [`SentinelBackend`] (Redis Sentinel),
-//! [`ClusterBackend`] (Redis Cluster, feature `cluster`), [`RedlockBackend`]
+//! [`RedisBackend`] (one server), `SentinelBackend` (Redis Sentinel, feature
+//! `sentinel`), `ClusterBackend` (Redis Cluster, feature `cluster`), [`RedlockBackend`]
 //! (independent masters, by majority), `EtcdBackend` (an etcd cluster,
 //! feature `etcd`), `PostgresBackend` (a PostgreSQL database, feature
 //! `postgres`) and [`MemoryBackend`] ship with the crate. Another store can be plugged in by implementing
@@ -22,6 +22,7 @@ mod postgres;
 mod redis;
 mod redlock;
 mod request;
+#[cfg(feature = "sentinel")]
 mod sentinel;
 #[cfg(feature = "cluster")]
 mod slot;
@@ -43,6 +44,8 @@ pub use self::redis::{RedisBackend, RedisConfig};
 pub(crate) use self::redis::{open_manager, send_once_more};
 pub use self::redlock::RedlockBackend;
 pub use self::request::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
+#[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub use self::sentinel::SentinelBackend;
 
 use std::future::Future;

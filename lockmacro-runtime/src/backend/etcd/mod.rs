@@ -22,11 +22,14 @@
 
 mod acquire;
 mod config;
+mod endpoint;
 mod fair;
 mod inspect;
 mod members;
 mod refresh;
 mod shares;
+#[cfg(feature = "tls-rustls")]
+mod tls;
 mod watching;
 mod wire;
 
@@ -34,19 +37,19 @@ pub use self::config::EtcdConfig;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 
-use self::members::error;
-use self::wire::{member_name, queue_prefix};
+use self::config::Credentials;
+use self::members::{error, refused_by_permissions};
+use self::wire::queue_prefix;
 use crate::LockError;
 use crate::backend::{
     AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, Inspection,
     RefreshRequest, ReleaseListener, TOKEN_LEN,
 };
-use crate::error::{BackendError, BackendErrorKind};
 
 /// Locks on an etcd cluster: keys attached to leases, wake-ups by watch,
 /// fencing tokens from revisions.
@@ -140,6 +143,12 @@ struct Member {
     /// `host:port`, for errors.
     name: String,
     client: Client,
+    /// Whom to authenticate as, before the first call and whenever the
+    /// member says the token has expired.
+    user: Option<Credentials>,
+    /// How many tokens `client` has taken: 0 before the first.
+    tokens: AtomicU64,
+    authenticating: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -179,10 +188,16 @@ impl std::fmt::Debug for EtcdBackend {
 }
 
 impl EtcdBackend {
-    /// Connects to the members at `endpoints` (`http://host:port` or
-    /// `host:port`), with the default [`EtcdConfig`].
+    /// Connects to the members at `endpoints` (`http://host:port`,
+    /// `https://host:port` with the `tls-rustls` feature, or `host:port`;
+    /// `http://user:password@host:port` to authenticate as an etcd user),
+    /// with the default [`EtcdConfig`].
     ///
-    /// Fails when no member answers, naming each one and what went wrong.
+    /// Fails when no member answers, naming each one and what went wrong;
+    /// with [`BackendErrorKind::Authentication`](crate::BackendErrorKind::Authentication)
+    /// when the user or password is wrong, and
+    /// [`BackendErrorKind::Tls`](crate::BackendErrorKind::Tls) when no TLS
+    /// connection can be made.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
@@ -200,7 +215,8 @@ impl EtcdBackend {
         Self::connect_with(endpoints, EtcdConfig::default()).await
     }
 
-    /// Like [`connect`](Self::connect), with `config`.
+    /// Like [`connect`](Self::connect), with `config`: timeouts, a user,
+    /// TLS roots and a client certificate.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
@@ -218,16 +234,29 @@ impl EtcdBackend {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        #[cfg(feature = "tls-rustls")]
+        let tls = config.tls.is_set();
+        #[cfg(not(feature = "tls-rustls"))]
+        let tls = false;
+        let endpoints = endpoints
+            .into_iter()
+            .map(|given| endpoint::parse(given.as_ref(), tls))
+            .collect::<Result<Vec<_>, _>>()?;
+        if endpoints.is_empty() {
+            return Err(LockError::InvalidUrl {
+                url: String::new(),
+                reason: "no etcd endpoints given; pass at least one member's URL".into(),
+            });
+        }
+        #[cfg(feature = "tls-rustls")]
+        let tls_options = if endpoints.iter().any(|member| member.tls) {
+            Some(config.tls.options()?)
+        } else {
+            None
+        };
         let mut members = Vec::new();
-        for endpoint in endpoints {
-            let url = endpoint.as_ref();
-            let name = member_name(url);
-            let url = if url.contains("://") {
-                url.to_owned()
-            } else {
-                format!("http://{url}")
-            };
-            let mut options = ConnectOptions::new()
+        for member in endpoints {
+            let options = ConnectOptions::new()
                 .with_connect_timeout(config.connect_timeout)
                 // A member cut off from its leader refuses at once rather
                 // than serving stale reads or holding watches that hear
@@ -235,28 +264,23 @@ impl EtcdBackend {
                 .with_require_leader(true)
                 .with_keep_alive(config.response_timeout, config.response_timeout)
                 .with_keep_alive_while_idle(true);
-            if let Some((user, password)) = &config.user {
-                options = options.with_user(user.clone(), password.clone());
-            }
-            let connect = Client::connect([url.as_str()], Some(options));
-            let client = match tokio::time::timeout(config.connect_timeout, connect).await {
-                Ok(Ok(client)) => client,
-                Ok(Err(err)) => return Err(error(&name, "connect", &err).into()),
-                Err(_) => {
-                    return Err(BackendError::new(
-                        BackendErrorKind::Timeout,
-                        format!("etcd {name}: connect"),
-                        format!("no answer within {:?}", config.connect_timeout),
-                    )
-                    .into());
-                }
+            #[cfg(feature = "tls-rustls")]
+            let options = match &tls_options {
+                Some(tls) if member.tls => options.with_tls(tls.clone()),
+                _ => options,
             };
-            members.push(Member { name, client });
-        }
-        if members.is_empty() {
-            return Err(LockError::InvalidUrl {
-                url: String::new(),
-                reason: "no etcd endpoints given; pass at least one member's URL".into(),
+            // Lazy: nothing is sent yet, so a member that is down now is
+            // tried again later rather than failing the connect. The user
+            // authenticates on the first call (`call`).
+            let client = Client::connect([member.url.as_str()], Some(options))
+                .await
+                .map_err(|err| error(&member.name, "connect", &err))?;
+            members.push(Member {
+                name: member.name,
+                client,
+                user: member.user.or_else(|| config.user.clone()),
+                tokens: AtomicU64::new(0),
+                authenticating: tokio::sync::Mutex::new(()),
             });
         }
         let backend = EtcdBackend {
@@ -265,15 +289,22 @@ impl EtcdBackend {
             config,
             held: Mutex::default(),
         };
-        // The clients connect lazily: a first call finds out whether any
-        // member can be reached.
-        backend
+        // A first call finds out whether any member can be reached and
+        // takes the credentials. A user that may not read this key is
+        // still let in: its permissions are checked on its own keys.
+        let probe = backend
             .call("connect", |mut client| async move {
                 client
                     .get("lockmacro", Some(GetOptions::new().with_count_only()))
                     .await
             })
-            .await?;
+            .await;
+        match probe {
+            Err(LockError::Backend(err)) if refused_by_permissions(&err) => {}
+            other => {
+                other?;
+            }
+        }
         Ok(backend)
     }
 

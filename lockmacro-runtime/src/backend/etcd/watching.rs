@@ -32,6 +32,9 @@ impl EtcdBackend {
                         let Some(response) = stream.message().await? else {
                             return Err(etcd_client::Error::WatchError("watch closed".into()));
                         };
+                        if response.canceled() {
+                            return Err(refusal(response.cancel_reason()));
+                        }
                         early += response
                             .events()
                             .iter()
@@ -75,6 +78,20 @@ impl EtcdBackend {
         });
         ReleaseListener::new(receiver, AbortOnDrop(task))
     }
+}
+
+/// A watch the member cancelled as it was created, as the error a unary
+/// call would have met: a user without read permission on the key, or a
+/// token that expired (then authenticating again helps).
+fn refusal(reason: &str) -> etcd_client::Error {
+    let status = if reason.contains("permission denied") {
+        tonic::Status::permission_denied(reason)
+    } else if reason.contains("auth") {
+        tonic::Status::unauthenticated(reason)
+    } else {
+        return etcd_client::Error::WatchError(format!("watch cancelled: {reason}"));
+    };
+    etcd_client::Error::GRpcStatus(status)
 }
 
 /// Stops a listener's watch task when the listener goes.

@@ -18,11 +18,6 @@ pub(super) fn lease_secs(ttl: Duration) -> i64 {
     i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
 }
 
-pub(super) fn member_name(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    rest.trim_end_matches('/').to_owned()
-}
-
 pub(super) fn revision(response: &TxnResponse) -> i64 {
     response.header().map_or(0, |header| header.revision())
 }
@@ -161,11 +156,5 @@ mod tests {
         assert_eq!(share_of(WRITING), Some((KeyKind::ReadWrite, None)));
         assert_eq!(share_of("permits-x/"), None);
         assert_eq!(share_of("other/"), None);
-    }
-
-    #[test]
-    fn member_names_drop_the_scheme() {
-        assert_eq!(member_name("http://127.0.0.1:2379/"), "127.0.0.1:2379");
-        assert_eq!(member_name("127.0.0.1:2379"), "127.0.0.1:2379");
     }
 }

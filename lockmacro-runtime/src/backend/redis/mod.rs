@@ -15,6 +15,9 @@ mod wakeups;
 
 pub use self::config::RedisConfig;
 pub(crate) use self::connect::open_manager;
+// The etcd backend's `https://` members share the process's provider.
+#[cfg(all(feature = "tls-rustls", feature = "etcd"))]
+pub(super) use self::tls::install_crypto_provider;
 // What the cluster backend shares with this one.
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::connect::{enable_tls, open_client, prepare_tls};

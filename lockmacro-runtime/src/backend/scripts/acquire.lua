@@ -9,7 +9,7 @@
 -- a semaphore or a read-write lock. A set of shares none of which is live
 -- any more is free, and overwritten.
 -- Taking keys that already hold exactly ARGV[1] succeeds: that is a retry of
--- an attempt whose reply was lost.
+-- an attempt whose reply was lost, told the fence held_fence gives.
 -- All or none holds when the script fails too: everything that can fail
 -- (a fence counter that is not one, a lock key of another type) is found
 -- before the first write, and nothing after it can fail.
@@ -58,7 +58,7 @@ if n == 1 then
     else
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
       if counter then
-        return {1, tonumber(redis.call('GET', counter) or 0)}
+        return {1, held_fence(counter, ARGV[4])}
       end
       return {1, 0}
     end
@@ -86,7 +86,7 @@ else
   end
   if retried then
     if counter then
-      return {1, tonumber(redis.call('GET', counter) or 0)}
+      return {1, held_fence(counter, ARGV[4])}
     end
     return {1, 0}
   end

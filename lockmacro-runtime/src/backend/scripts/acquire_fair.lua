@@ -20,7 +20,8 @@
 -- lease of the waiter the key was just handed to).
 -- Taking a key that already holds exactly ARGV[1] succeeds: a retry whose
 -- reply was lost, or a waiter confirming the key handed to it, which
--- extends the key to its ttl and publishes "confirm:<token>".
+-- extends the key to its ttl and publishes "confirm:<token>"; its fence is
+-- the one held_fence gives.
 -- A fence counter that cannot be used is refused before anything is
 -- written (fence_error), and so is a key held as another kind, with {2, 1,
 -- kind} (see kinds.lua).
@@ -48,7 +49,7 @@ if current == value then
   redis.call('PEXPIRE', key, ARGV[2])
   redis.pcall('PUBLISH', 'lockmacro:released:' .. key, 'confirm:' .. token)
   if counter then
-    return {1, tonumber(redis.call('GET', counter) or 0)}
+    return {1, held_fence(counter, ARGV[5])}
   end
   return {1, 0}
 end

@@ -20,6 +20,14 @@
 -- of its last use; the new seed is read at least `expiry` later, on the
 -- clock Redis also expires keys by. The same holds after data loss, as long
 -- as the clock does not step back across the restart.
+--
+-- held_fence(counter, expiry) is the fence of an attempt that finds the key
+-- already its own (a retry whose first reply was lost, or a waiter taking a
+-- key handed to it): the counter as it stands. A counter that expired, or
+-- was lost, since it minted that attempt's fence is minted again
+-- (next_fence): read as 0, it would tell the holder a fence below the one
+-- already handed out, which a fenced store refuses as stale; minted, it
+-- starts from the clock, above every fence the old counter gave.
 -- TIME gives seconds and microseconds as strings: joined, not added, so that
 -- no double is involved. Scripts replicate their effects, so TIME is allowed
 -- before a write. GET rather than EXISTS or TYPE: one command fewer for a
@@ -56,3 +64,10 @@ local function next_fence(counter, expiry)
   return fence
 end
 
+local function held_fence(counter, expiry)
+  local fence = redis.call('GET', counter)
+  if fence then
+    return tonumber(fence)
+  end
+  return next_fence(counter, expiry)
+end
