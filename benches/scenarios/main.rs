@@ -32,12 +32,15 @@ mod chart;
 mod floor;
 mod overhead;
 mod permits;
+#[cfg(feature = "postgres")]
+mod pg;
 mod place;
 mod queue;
 mod s1;
 mod s2;
 mod s4;
 mod stats;
+mod table;
 
 use std::path::PathBuf;
 
@@ -129,6 +132,9 @@ enum Scenario {
     Permits,
     /// The attribute against the runtime calls it makes, memory backend.
     Macro,
+    /// PostgreSQL (feature `postgres`): S1 next to an advisory lock and to
+    /// Redis, and S2's hand-offs.
+    Postgres,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -187,6 +193,9 @@ pub struct Servers {
     /// One etcd member and a 3-member cluster, for the per-backend tables.
     #[cfg(feature = "etcd")]
     pub etcd: Vec<lockmacro_testkit::etcd::EtcdCluster>,
+    /// A PostgreSQL server, when its programs are installed.
+    #[cfg(feature = "postgres")]
+    pub postgres: Option<std::sync::Arc<lockmacro_testkit::postgres::PostgresServer>>,
 }
 
 impl Servers {
@@ -207,12 +216,17 @@ impl Servers {
         } else {
             Vec::new()
         };
+        #[cfg(feature = "postgres")]
+        let postgres = (args.wants(Scenario::Postgres) && lockmacro_testkit::postgres::available())
+            .then(|| std::sync::Arc::new(lockmacro_testkit::postgres::PostgresServer::start()));
         Servers {
             single: RedisServer::start(),
             masters,
             cluster,
             #[cfg(feature = "etcd")]
             etcd,
+            #[cfg(feature = "postgres")]
+            postgres,
         }
     }
 
@@ -226,6 +240,12 @@ impl Servers {
         for etcd in &self.etcd {
             pids.extend(etcd.members().iter().filter_map(|member| member.pid()));
         }
+        // Its backends are forked from the postmaster, and inherit where it
+        // is pinned.
+        #[cfg(feature = "postgres")]
+        if let Some(postgres) = &self.postgres {
+            pids.extend(postgres.pids());
+        }
         pids
     }
 
@@ -236,7 +256,13 @@ impl Servers {
         }
         if let Some(cpu) = view.server_cpu() {
             for pid in self.pids() {
-                place::pin_process(pid, cpu)?;
+                match place::pin_process(pid, cpu) {
+                    // A PostgreSQL backend whose connection closed meanwhile.
+                    Err(err)
+                        if err.kind() == std::io::ErrorKind::NotFound
+                            || err.raw_os_error() == Some(libc::ESRCH) => {}
+                    other => other?,
+                }
             }
         }
         Ok(())
@@ -300,6 +326,10 @@ fn main() -> Result<(), BoxError> {
             }
             if args.wants(Scenario::Permits) {
                 permits::permits(&args, &servers, view).await?;
+            }
+            #[cfg(feature = "postgres")]
+            if args.wants(Scenario::Postgres) {
+                pg::postgres(&args, &servers, view).await?;
             }
         }
         if !handoffs.is_empty() {

@@ -93,7 +93,7 @@ impl Contention {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum Contender {
+pub enum Contender {
     /// The floor's retry-at-once loop: `SET NX PX` again as soon as it fails.
     Spin,
     /// `SET NX PX`, sleep `--poll-ms`, again.
@@ -126,13 +126,16 @@ async fn s2_fair_attribute(
 }
 
 /// Where the S2 workers lock.
-enum Target {
+pub enum Target {
     Single(String),
     /// The seed nodes of a cluster.
     Cluster(Vec<String>),
     /// The members of an etcd cluster.
     #[cfg(feature = "etcd")]
     Etcd(Vec<String>),
+    /// The URL of a PostgreSQL database.
+    #[cfg(feature = "postgres")]
+    Postgres(String),
 }
 
 impl Target {
@@ -142,6 +145,8 @@ impl Target {
             Target::Cluster(seeds) => Locker::cluster(seeds).await.unwrap(),
             #[cfg(feature = "etcd")]
             Target::Etcd(endpoints) => Locker::etcd(endpoints).await.unwrap(),
+            #[cfg(feature = "postgres")]
+            Target::Postgres(url) => Locker::postgres(url).await.unwrap(),
         }
     }
 }
@@ -200,20 +205,20 @@ async fn s2_worker(
 }
 
 /// One S2 run of one variant.
-struct Contended {
+pub struct Contended {
     elapsed: Duration,
-    per_sec: f64,
+    pub per_sec: f64,
     /// Release returned → next acquire returned, between different workers.
-    handoffs: Vec<Duration>,
+    pub handoffs: Vec<Duration>,
     /// Acquire returned → release returned.
     holds: Vec<Duration>,
     /// Fewest and most sections per worker when the first one finished.
-    fairness: (usize, usize),
-    lost: u64,
+    pub fairness: (usize, usize),
+    pub lost: u64,
 }
 
 /// Runs `args.workers` workers of `contender` on `target` to the end.
-async fn contend(
+pub async fn contend(
     args: &Args,
     contender: Contender,
     target: &Arc<Target>,

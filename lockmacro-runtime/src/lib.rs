@@ -136,14 +136,20 @@
 //!   (`PostgresBackend`), with the `postgres` feature. A lock is a row whose
 //!   expiry the server sets from its own clock, so a restart keeps it and
 //!   nothing depends on holding a session: it works through PgBouncer in
-//!   transaction mode. Fencing tokens come from a per-key counter committed
-//!   with the lock, and never go backwards; waiters are woken by
+//!   transaction mode. Fencing tokens come from one sequence for every
+//!   key, advanced with the lock, and never go backwards on one server; a
+//!   lock can also be taken inside your own transaction (see "Locks inside
+//!   a PostgreSQL transaction" below). A failover to a streaming replica
+//!   keeps what the replica had received: a lease taken just before it may
+//!   be gone (its holder is told at its next refresh) and its token handed
+//!   out again, unless the replica is synchronous
+//!   (`synchronous_standby_names`); see `PostgresBackend`. Waiters are woken by
 //!   `LISTEN`/`NOTIFY`; fair waiters are served in arrival order.
 //!   Semaphores (fair permits among them) and read-write locks too, each
-//!   share a row with its own lease, and `Locker::inspect` and
-//!   `Locker::force_release`. The backend creates its tables when they
-//!   are missing, and brings those of an earlier version up to date; a
-//!   user who may not create tables runs the migration
+//!   share a row with its own lease and a token from the same sequence,
+//!   and `Locker::inspect` and `Locker::force_release`. The backend creates
+//!   its tables when they are missing, and brings those of an earlier
+//!   version up to date; a user who may not create tables runs the migration
 //!   `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql` (also
 //!   `POSTGRES_MIGRATION`) first, as the error says.
 //! - [`Locker::memory`]: in-process ([`MemoryBackend`]).
@@ -447,6 +453,53 @@
 //! [`LockError::NotObtained`] carries its metadata and remaining lease, and
 //! [`LockError::retry_after`] gives the latter for an HTTP `Retry-After`.
 //!
+//! ## Locks inside a PostgreSQL transaction
+//!
+//! With the `postgres` feature, `Locker::obtain_in` takes a key inside
+//! your own `sqlx::Transaction`: the lock check and the writes it protects
+//! commit (or roll back) together, and the lock ends with the transaction,
+//! never before; `TransactionLock` has no `release`. A holder that stalls
+//! (a pause, a lost process) past the ttl has its transaction ended by the
+//! server, so its late writes can never commit: the database refuses them
+//! itself, with no fence column to remember. It excludes the leases of
+//! [`Locker::obtain`] on the same database and namespace (locks, permits
+//! and read-write shares alike: each answers the other busy), and other
+//! transactions; waiters are woken by the commit. A key held as permits or
+//! read-write is busy for `obtain_in`, not [`LockError::WrongKind`], as an
+//! error would abort your transaction. [`Locker::inspect`] shows such a
+//! lock as held, with no metadata and no time left, and
+//! [`Locker::force_release`] cannot end it. The transaction must be
+//! `READ COMMITTED` (PostgreSQL's default). It works through PgBouncer in
+//! transaction mode.
+//!
+//! ```no_run
+//! # async fn demo(locker: lockmacro_runtime::Locker, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use lockmacro_runtime::ObtainOptions;
+//!
+//! let mut tx = pool.begin().await?;
+//! let lock = locker.obtain_in(&mut tx, "stock:42", Duration::from_secs(10), ObtainOptions::new().fence()).await?;
+//! sqlx::query("UPDATE stock SET count = count - 1 WHERE id = 42").execute(&mut *tx).await?;
+//! tx.commit().await?; // the write, and the end of the lock
+//! # let _ = lock; Ok(()) }
+//! ```
+//!
+//! The attribute does not take a transaction: its lock is held while the
+//! function runs and released when it returns, while a transaction-scoped
+//! lock lasts until the caller commits, after the function has returned.
+//! Call `obtain_in` first thing in the function that receives the
+//! transaction instead:
+//!
+//! ```no_run
+//! # use lockmacro_runtime::{LockError, Locker, ObtainOptions};
+//! # use std::time::Duration;
+//! async fn reserve(locker: &Locker, tx: &mut sqlx::PgTransaction<'_>, item: u64) -> Result<(), LockError> {
+//!     locker.obtain_in(tx, &format!("stock:{item}"), Duration::from_secs(10), ObtainOptions::new()).await?;
+//!     // … writes through `&mut **tx`, committed by the caller with the lock …
+//!     Ok(())
+//! }
+//! ```
+//!
 //! ## Fencing tokens
 //!
 //! A lease is not a mutex: a holder paused longer than its ttl (a GC pause, a
@@ -463,7 +516,11 @@
 //! the token is the revision at which the lock's keys were created, assigned
 //! through Raft: it strictly increases across every key, and through leader
 //! elections and member restarts (Kleppmann, "How to do distributed
-//! locking", 2016; Jepsen, "etcd 3.4.3", 2020).
+//! locking", 2016; Jepsen, "etcd 3.4.3", 2020). On PostgreSQL (the
+//! `postgres` feature) every token comes from one sequence, advanced in the
+//! transaction that takes the lock: tokens strictly increase across every
+//! key of the database and through restarts (a sequence may skip, never go
+//! back).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -754,6 +811,8 @@ mod rules;
 mod shutdown;
 #[cfg(feature = "tower")]
 mod tower;
+#[cfg(feature = "postgres")]
+mod transaction;
 mod wait;
 mod watchdog;
 
@@ -793,5 +852,8 @@ pub use crate::retry::RetryStrategy;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use crate::tower::{HttpResponses, LockLayer, LockResponses, LockService};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use crate::transaction::TransactionLock;
 #[doc(inline)]
 pub use lockmacro::distributed_lock;

@@ -6,13 +6,13 @@
 //! - Servers: [`RedisServer`] (one `redis-server`), [`cluster::RedisCluster`],
 //!   [`sentinel::RedisSentinel`] (a master, two replicas, three sentinels),
 //!   [`etcd::EtcdCluster`] (one member or several), [`etcd_secure::SecureEtcd`]
-//!   (one member with TLS or users), `postgres::PostgresServer`
-//!   and `pgbouncer::PgBouncer` (feature `postgres`); every process is killed
+//!   (one member with TLS or users), `postgres::PostgresServer` (and its
+//!   streaming replica, `pgreplica`) and `pgbouncer::PgBouncer` (feature `postgres`); every process is killed
 //!   and reaped on drop, dies with the test process, and every panic the kit
 //!   raises carries the servers' logs. [`shared::Shared`] keeps one server
 //!   for every test of a binary.
-//! - Faults: [`proxy::Proxy`], a TCP proxy that adds latency, black-holes or
-//!   drops connections.
+//! - Faults: [`proxy::Proxy`], a TCP proxy that adds latency, black-holes,
+//!   drops connections or moves them to another server.
 //! - TLS: [`tls::TestCa`], a throw-away certificate authority.
 //! - Witnesses that do not trust the lock: [`witness::Witness`] records
 //!   every critical section and checks that none overlapped, that no update
@@ -37,6 +37,8 @@ pub mod outside;
 pub mod pgbouncer;
 #[cfg(feature = "postgres")]
 pub mod pgdb;
+#[cfg(feature = "postgres")]
+pub mod pgreplica;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod proxy;

@@ -126,11 +126,15 @@ impl PostgresDb {
         .await;
     }
 
-    /// Sets the fence counter of `key` to `value`.
+    /// Sets the fence counter of `key` to `value`, and moves the sequence
+    /// every key's tokens come from up to `value` if it is below: the next
+    /// token is above `value`.
     pub async fn set_fence_counter(&self, key: &str, value: u64) {
         self.execute(&format!(
             "INSERT INTO lockmacro_fences (key, value) VALUES ({k}, {value}) \
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value; \
+             SELECT setval('lockmacro_fence_seq', {value}) FROM lockmacro_fence_seq \
+             WHERE last_value < {value}",
             k = quote(key),
         ))
         .await;

@@ -37,6 +37,14 @@ pub struct PostgresServer {
     /// `None` while stopped.
     process: Mutex<Option<Child>>,
     dir: TempDir,
+    /// `-c name=value` settings beyond the kit's own (a replica's upstream).
+    settings: Vec<String>,
+}
+
+/// Whether the PostgreSQL programs the kit runs are installed, for callers
+/// that skip what needs them rather than fail (the benchmark).
+pub fn available() -> bool {
+    std::panic::catch_unwind(|| (bin("initdb"), bin("postgres"), bin("pg_isready"))).is_ok()
 }
 
 /// The directory of a PostgreSQL program: on `PATH`, or where Debian puts
@@ -144,35 +152,63 @@ impl PostgresServer {
             );
         as_server_user(&mut init);
         let status = init.status().expect("cannot run initdb");
-        let mut attempts = 0;
-        let mut server = PostgresServer {
+        let server = PostgresServer {
             port: 0,
             process: Mutex::new(None),
             dir,
+            settings: Vec::new(),
         };
         if !status.success() {
             server.fail(format_args!("initdb failed: {status}"));
         }
-        // The superuser is trusted over TCP: a password exchange (SCRAM's
-        // key stretching, slow in a debug build) would take a good part of a
-        // short ttl each time a pool opens a connection. Other users give
-        // their password, so that wrong credentials are refused.
-        let hba = server.dir.path().join("data").join("pg_hba.conf");
+        // The superuser is trusted over TCP, for replication too: a
+        // password exchange (SCRAM's key stretching, slow in a debug build)
+        // would take a good part of a short ttl each time a pool opens a
+        // connection. Other users give their password, so that wrong
+        // credentials are refused.
+        let hba = server.data_dir().join("pg_hba.conf");
         let rules = fs::read_to_string(&hba).expect("cannot read pg_hba.conf");
         fs::write(
             &hba,
-            format!("host all postgres 127.0.0.1/32 trust\n{rules}"),
+            format!(
+                "host all postgres 127.0.0.1/32 trust\n\
+                 host replication postgres 127.0.0.1/32 trust\n{rules}"
+            ),
         )
         .expect("cannot write pg_hba.conf");
+        server.launch_on_a_free_port()
+    }
+
+    /// A server on the data directory `dir/data` with `settings`, started
+    /// on a free port.
+    #[track_caller]
+    pub(crate) fn on_data(dir: TempDir, settings: Vec<String>) -> Self {
+        PostgresServer {
+            port: 0,
+            process: Mutex::new(None),
+            dir,
+            settings,
+        }
+        .launch_on_a_free_port()
+    }
+
+    #[track_caller]
+    fn launch_on_a_free_port(mut self) -> Self {
+        let mut attempts = 0;
         loop {
             attempts += 1;
-            server.port = free_ports(1)[0];
-            match server.launch() {
-                Ok(()) => return server,
-                Err(_) if attempts < START_ATTEMPTS && server.log().contains("could not bind") => {}
-                Err(message) => server.fail(message),
+            self.port = free_ports(1)[0];
+            match self.launch() {
+                Ok(()) => return self,
+                Err(_) if attempts < START_ATTEMPTS && self.log().contains("could not bind") => {}
+                Err(message) => self.fail(message),
             }
         }
+    }
+
+    /// The data directory.
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
 
     fn launch(&self) -> Result<(), String> {
@@ -184,7 +220,7 @@ impl PostgresServer {
         let mut command = Command::new(bin("postgres"));
         command
             .arg("-D")
-            .arg(self.dir.path().join("data"))
+            .arg(self.data_dir())
             .args(["-p", &self.port.to_string()])
             .args(["-c", "listen_addresses=127.0.0.1"])
             .arg("-c")
@@ -199,6 +235,7 @@ impl PostgresServer {
             .args(["-c", "fsync=off"])
             .args(["-c", "full_page_writes=off", "-c", "max_connections=400"])
             .args(["-c", "shared_buffers=32MB"])
+            .args(self.settings.iter().flat_map(|setting| ["-c", setting]))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
@@ -326,6 +363,16 @@ impl PostgresServer {
     pub fn resume(&self) {
         let postmaster = self.pid();
         signal_all(postmaster, &children(postmaster), libc::SIGCONT);
+    }
+
+    /// The postmaster and every process it started (a backend per
+    /// connection, the WAL writer, the checkpointer, ...): where the
+    /// server's CPU time is spent, and what the benchmark pins.
+    pub fn pids(&self) -> Vec<u32> {
+        let postmaster = self.pid();
+        let mut pids = vec![postmaster];
+        pids.extend(children(postmaster));
+        pids
     }
 
     fn pid(&self) -> u32 {

@@ -1,6 +1,7 @@
-//! A TCP proxy on `127.0.0.1` in front of a [`RedisServer`], with network faults
-//! switched on and off by the test: added latency, a black hole, dropped
-//! connections.
+//! A TCP proxy on `127.0.0.1` in front of a [`RedisServer`] (or any server),
+//! with network faults switched on and off by the test: added latency, a
+//! black hole, dropped connections, and a move to another server, as a
+//! virtual IP follows a failover.
 //!
 //! It runs on a tokio runtime of its own, on its own thread, so that it keeps
 //! forwarding whatever the test's runtime is doing, and stops (closing every
@@ -40,6 +41,8 @@ struct Control {
     fault: Fault,
     /// Bumped by [`Proxy::drop_connections`]: connections opened before close.
     generation: u64,
+    /// Where new connections go.
+    target: SocketAddr,
 }
 
 /// A proxy on a free loopback port, forwarding to one server.
@@ -69,6 +72,7 @@ impl Proxy {
         let (control, controls) = watch::channel(Control {
             fault: Fault::Pass,
             generation: 0,
+            target,
         });
         let accepted = Arc::new(AtomicUsize::new(0));
         let (shutdown, stopped) = tokio::sync::oneshot::channel();
@@ -84,7 +88,7 @@ impl Proxy {
                     let listener =
                         TcpListener::from_std(listener).expect("cannot register the listener");
                     tokio::select! {
-                        () = serve(listener, target, controls, counter) => {}
+                        () = serve(listener, controls, counter) => {}
                         _ = stopped => {}
                     }
                 });
@@ -141,6 +145,15 @@ impl Proxy {
     pub fn drop_connections(&self) {
         self.control.send_modify(|control| control.generation += 1);
     }
+
+    /// Sends new connections to `target` and closes the current ones, as a
+    /// virtual IP moved to a promoted replica would.
+    pub fn retarget(&self, target: SocketAddr) {
+        self.control.send_modify(|control| {
+            control.target = target;
+            control.generation += 1;
+        });
+    }
 }
 
 impl Drop for Proxy {
@@ -157,7 +170,6 @@ impl Drop for Proxy {
 
 async fn serve(
     listener: TcpListener,
-    target: SocketAddr,
     controls: watch::Receiver<Control>,
     accepted: Arc<AtomicUsize>,
 ) {
@@ -167,7 +179,7 @@ async fn serve(
             incoming = listener.accept() => {
                 let Ok((client, _)) = incoming else { continue };
                 accepted.fetch_add(1, Ordering::SeqCst);
-                connections.spawn(connection(client, target, controls.clone()));
+                connections.spawn(connection(client, controls.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -176,8 +188,10 @@ async fn serve(
 
 /// Forwards one connection both ways until either side closes it or it is
 /// dropped by [`Proxy::drop_connections`].
-async fn connection(client: TcpStream, target: SocketAddr, mut controls: watch::Receiver<Control>) {
-    let generation = controls.borrow_and_update().generation;
+async fn connection(client: TcpStream, mut controls: watch::Receiver<Control>) {
+    let Control {
+        generation, target, ..
+    } = *controls.borrow_and_update();
     // The upstream connection is made at once even in a black hole: the
     // client cannot tell, and the held bytes have somewhere to go on heal.
     let Ok(upstream) = TcpStream::connect(target).await else {

@@ -13,6 +13,8 @@ mod etcd_kinds;
 mod pgbouncer;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_transaction;
 mod redlock;
 mod replicas;
 #[cfg(feature = "sentinel")]

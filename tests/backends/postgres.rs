@@ -98,7 +98,8 @@ async fn a_user_who_may_not_create_the_tables_is_told_which_migration_to_run() {
     db.execute(
         "GRANT SELECT, INSERT, UPDATE, DELETE \
          ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back, \
-         lockmacro_shares, lockmacro_writing TO weak",
+         lockmacro_shares, lockmacro_writing TO weak; \
+         GRANT USAGE ON SEQUENCE lockmacro_fence_seq TO weak",
     )
     .await;
     let locker = Locker::new(connect(&url, PostgresConfig::default()).await.unwrap());
@@ -176,35 +177,95 @@ async fn a_pool_without_free_connections_fails_within_its_acquire_timeout() {
     fx.check(lock.release().await, "release");
 }
 
-/// A database on the first version of the schema, from before shares: a
-/// backend that may create tables brings it up to date as it starts; one
+/// A database on an earlier version of the schema without shares (version
+/// 1, or a version 2 with the fence sequence and transaction-scoped locks):
+/// a backend that may create tables brings it up to date as it starts; one
 /// that may not says it is out of date and names the migration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_of_an_earlier_version_is_brought_up_to_date() {
     let fx = Fixture::postgres().await;
     let db = fx.postgres_db().unwrap();
-    db.execute(
-        "DROP TABLE lockmacro_shares, lockmacro_writing; \
+    for version in [1, 2] {
+        db.execute(&format!(
+            "DROP TABLE lockmacro_shares, lockmacro_writing; \
          CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer \
-         LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$",
-    )
-    .await;
-    let config = PostgresConfig::default().create_schema(false);
-    let (_, message) = backend_error(connect(&db.url(), config).await);
-    assert!(
-        message.contains("out of date") && message.contains("0001_lockmacro.sql"),
-        "{message}"
-    );
-    let locker = Locker::new(connect(&db.url(), PostgresConfig::default()).await.unwrap());
-    let permit = fx.check(
+         LANGUAGE sql IMMUTABLE AS $$ SELECT {version} $$"
+        ))
+        .await;
+        let config = PostgresConfig::default().create_schema(false);
+        let (_, message) = backend_error(connect(&db.url(), config).await);
+        assert!(
+            message.contains("out of date") && message.contains("0001_lockmacro.sql"),
+            "{message}"
+        );
+        let locker = Locker::new(connect(&db.url(), PostgresConfig::default()).await.unwrap());
+        let permit = fx.check(
+            locker
+                .obtain(
+                    "api",
+                    Duration::from_secs(5),
+                    ObtainOptions::new().permits(2),
+                )
+                .await,
+            "a permit on the schema brought up to date",
+        );
+        fx.check(permit.release().await, "release");
+        assert_eq!(
+            db.column("SELECT lockmacro_schema_version()::text").await,
+            [Some("3".to_owned())]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_pool_of_one_connection_does_not_take_it_for_its_listener() {
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect(&db.url())
+        .await
+        .unwrap();
+    let locker = Locker::postgres_pool(pool)
+        .await
+        .unwrap()
+        .with_namespace(fx.namespace());
+    let lock = fx.check(
         locker
-            .obtain(
-                "api",
-                Duration::from_secs(5),
-                ObtainOptions::new().permits(2),
-            )
+            .obtain("job", Duration::from_secs(30), ObtainOptions::new())
             .await,
-        "a permit on the schema brought up to date",
+        "obtain",
     );
-    fx.check(permit.release().await, "release");
+    // Its retry pause is a minute: only a wake-up heard on the listener's
+    // connection ends this wait in time.
+    let opts = ObtainOptions::new().retry(
+        lockmacro_runtime::RetryStrategy::linear(Duration::from_secs(60))
+            .deadline(Duration::from_secs(20)),
+    );
+    let waiting = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.obtain("job", Duration::from_secs(5), opts).await }
+    });
+    let listening = format!(
+        "SELECT pid::text FROM pg_stat_activity WHERE datname = {} AND query LIKE 'LISTEN%'",
+        lockmacro_testkit::pgdb::quote(db.name())
+    );
+    tokio::time::timeout(HANG, async {
+        while db.column(&listening).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the waiter never listened");
+    // The pool's one connection is still free for the holder.
+    fx.check(lock.release().await, "release while a waiter listens");
+    let obtained = tokio::time::timeout(HANG, waiting)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    fx.check(obtained, "the waiter, woken by the release")
+        .release()
+        .await
+        .unwrap();
 }

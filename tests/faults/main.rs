@@ -25,9 +25,13 @@ mod permits;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_failover;
+#[cfg(feature = "postgres")]
 mod postgres_network;
 #[cfg(feature = "postgres")]
 mod postgres_permits;
+#[cfg(feature = "postgres")]
+mod postgres_transaction;
 mod process;
 mod restart;
 mod shutdown;

@@ -5,6 +5,7 @@
 //! only a restart longer than the holder's local deadline loses it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockmacro_runtime::{FencedStore, LockError, Locker, ObtainOptions, RetryStrategy};
@@ -127,23 +128,32 @@ async fn a_restart_longer_than_the_lease_loses_it_on_the_local_deadline() {
     fx.check(lock.release().await, "release");
 }
 
-async fn work(
-    id: usize,
-    locker: Locker,
+/// One worker's share of the load: what it may touch, and what it reports
+/// to.
+struct Load {
+    key: &'static str,
     witness: Arc<Witness>,
     store: FencedStore,
+    /// The highest token any worker, on any key, had when its obtain
+    /// returned: a later obtain must get more.
+    highest: Arc<AtomicU64>,
     sections: watch::Sender<usize>,
     stop: watch::Receiver<bool>,
-) -> usize {
+}
+
+/// Returns the obtains that failed, and those whose token was not above
+/// every token handed out before they were called.
+async fn work(id: usize, locker: Locker, load: Load) -> (usize, usize) {
     // Obtains that failed: the server was down, or busy past the deadline.
-    let mut failed = 0;
+    let (mut failed, mut backwards) = (0, 0);
     let ttl = Duration::from_secs(1);
-    while !*stop.borrow() {
+    while !*load.stop.borrow() {
         let called = Instant::now();
+        let floor = load.highest.load(Ordering::SeqCst);
         let opts = ObtainOptions::new().fence().retry(
             RetryStrategy::linear(Duration::from_millis(20)).deadline(Duration::from_secs(2)),
         );
-        let lock = match locker.obtain("job", ttl, opts).await {
+        let lock = match locker.obtain(load.key, ttl, opts).await {
             Ok(lock) => lock,
             Err(_) => {
                 failed += 1;
@@ -152,33 +162,44 @@ async fn work(
         };
         let guard = lock.keep_alive();
         let token = guard.fence_token().expect("fenced");
-        let open = witness.enter(id, token, called);
+        if token <= floor {
+            backwards += 1;
+        }
+        load.highest.fetch_max(token, Ordering::SeqCst);
+        let open = load.witness.enter(id, token, called);
         tokio::time::sleep(Duration::from_millis(20)).await;
         open.write(&guard);
-        witness.fenced_write(&store, token, Duration::ZERO);
-        sections.send_modify(|n| *n += 1);
+        load.witness
+            .fenced_write(&load.store, token, Duration::ZERO);
+        load.sections.send_modify(|n| *n += 1);
         let _ = guard.release().await;
     }
-    failed
+    (failed, backwards)
 }
 
+/// Two keys, two workers on each: every key's sections are witnessed, and
+/// every token is checked against all those handed out before, on either
+/// key (one sequence serves them all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_load_never_sends_fence_tokens_backwards() {
     let fx = Fixture::own_postgres().await;
-    let witness = Arc::new(Witness::new(Duration::from_secs(1)));
-    let store = FencedStore::memory();
+    let keys = ["job", "other"];
+    let witnesses = keys.map(|_| Arc::new(Witness::new(Duration::from_secs(1))));
+    let stores = keys.map(|_| FencedStore::memory());
+    let highest = Arc::new(AtomicU64::new(0));
     let (sections, done) = watch::channel(0);
     let (stop_tx, stop) = watch::channel(false);
     let mut workers = Vec::new();
-    for id in 0..3 {
-        workers.push(tokio::spawn(work(
-            id,
-            fx.locker().await,
-            witness.clone(),
-            store.clone(),
-            sections.clone(),
-            stop.clone(),
-        )));
+    for id in 0..4 {
+        let load = Load {
+            key: keys[id % 2],
+            witness: witnesses[id % 2].clone(),
+            store: stores[id % 2].clone(),
+            highest: highest.clone(),
+            sections: sections.clone(),
+            stop: stop.clone(),
+        };
+        workers.push(tokio::spawn(work(id, fx.locker().await, load)));
     }
     let db = fx.postgres_db().expect("a PostgreSQL fixture");
     let until = |n: usize| {
@@ -196,21 +217,30 @@ async fn a_restart_under_load_never_sends_fence_tokens_backwards() {
     let after = *done.borrow();
     until(after + 10).await;
     stop_tx.send_replace(true);
-    let mut failed = 0;
+    let (mut failed, mut backwards) = (0, 0);
     for worker in workers {
-        failed += worker.await.expect("a worker panicked");
+        let (worker_failed, worker_backwards) = worker.await.expect("a worker panicked");
+        failed += worker_failed;
+        backwards += worker_backwards;
     }
-    let verdict = witness.verdict(&store).await;
-    println!("{verdict}\nobtains that failed across the restart: {failed}");
-    assert!(verdict.increments > 0, "no critical section completed");
-    assert_eq!(verdict.overlaps, 0, "valid critical sections overlapped");
+    println!("obtains that failed across the restart: {failed}");
     assert_eq!(
-        verdict.tokens_out_of_order, 0,
-        "a fencing token went backwards"
+        backwards, 0,
+        "a token was not above one handed out before, across keys"
     );
-    assert_eq!(
-        verdict.stale_writes_accepted, 0,
-        "the resource accepted a stale write"
-    );
-    assert_eq!(verdict.lost_updates, 0, "an update was lost");
+    for ((key, witness), store) in keys.iter().zip(&witnesses).zip(&stores) {
+        let verdict = witness.verdict(store).await;
+        println!("`{key}`: {verdict}");
+        assert!(verdict.increments > 0, "no critical section completed");
+        assert_eq!(verdict.overlaps, 0, "valid critical sections overlapped");
+        assert_eq!(
+            verdict.tokens_out_of_order, 0,
+            "a fencing token went backwards"
+        );
+        assert_eq!(
+            verdict.stale_writes_accepted, 0,
+            "the resource accepted a stale write"
+        );
+        assert_eq!(verdict.lost_updates, 0, "an update was lost");
+    }
 }

@@ -3,9 +3,9 @@
 -- The backend runs this file itself when its tables are missing. Run it
 -- yourself (psql, sqlx migrate, refinery, ...) when the backend's user may
 -- not create tables, then grant that user SELECT, INSERT, UPDATE and DELETE
--- on the `lockmacro_*` tables and EXECUTE on the functions. Running it again
--- changes nothing, and running it over an older version adds what is
--- missing.
+-- on the `lockmacro_*` tables, USAGE on the sequence `lockmacro_fence_seq`
+-- and EXECUTE on the functions. Running it again changes nothing, and
+-- running it over an older version adds what is missing.
 --
 -- Every expiry is set and compared on the server's clock
 -- (`clock_timestamp()`): clients' clocks do not matter, and nothing depends
@@ -77,8 +77,10 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT greatest(0, ceil(extract(epoch FROM left_over) * 1000))::bigint
 $$;
 
--- The next fencing token of `fence_key` (NULL: none asked). A retry of an
--- acquire that already went through gets the token minted the first time.
+-- The next fencing token of `fence_key` (NULL: none asked), from the one
+-- sequence every key shares (`lockmacro_fence_seq`, below); the row of
+-- `fence_key` remembers it, so that a retry of an acquire that already went
+-- through gets the token minted the first time.
 CREATE OR REPLACE FUNCTION lockmacro_fence(fence_key text, retried boolean) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -93,8 +95,9 @@ BEGIN
             RETURN minted;
         END IF;
     END IF;
-    INSERT INTO lockmacro_fences AS f (key, value) VALUES (fence_key, 1)
-        ON CONFLICT (key) DO UPDATE SET value = f.value + 1
+    INSERT INTO lockmacro_fences AS f (key, value)
+        VALUES (fence_key, nextval('lockmacro_fence_seq'))
+        ON CONFLICT (key) DO UPDATE SET value = excluded.value
         RETURNING f.value INTO minted;
     RETURN minted;
 END
@@ -141,6 +144,12 @@ BEGIN
         RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
+    idx := lockmacro_in_transaction(lock_keys);
+    IF idx IS NOT NULL THEN
+        RETURN QUERY SELECT idx, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    idx := 0;
     FOREACH lock_key IN ARRAY lock_keys LOOP
         PERFORM lockmacro_check_kind(lock_key, idx, -1, now_);
         SELECT l.value, l.expires_at INTO held
@@ -188,7 +197,8 @@ DECLARE
 BEGIN
     PERFORM lockmacro_guard(lock_key);
     now_ := clock_timestamp();
-    IF lockmacro_was_given_back(lock_value, now_) THEN
+    IF lockmacro_was_given_back(lock_value, now_)
+        OR lockmacro_in_transaction(ARRAY[lock_key]) IS NOT NULL THEN
         RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
@@ -383,7 +393,10 @@ BEGIN
     PERFORM lockmacro_guard(lock_key);
     now_ := clock_timestamp();
     expires := now_ + ttl_ms * interval '1 millisecond';
-    IF lockmacro_was_given_back(lock_value, now_) THEN
+    -- A transaction-scoped lock holds the key whole: busy, for as long as
+    -- its transaction lasts (not known here).
+    IF lockmacro_was_given_back(lock_value, now_)
+        OR lockmacro_in_transaction(ARRAY[lock_key]) IS NOT NULL THEN
         RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint, NULL::text;
         RETURN;
     END IF;
@@ -478,8 +491,12 @@ $$;
 -- What holds `lock_key`, for operators: one row per live lease (what it
 -- holds, the semaphore's permits, its holder's metadata, the ms it has
 -- left), or one row of NULLs when none does; each row also carries the
--- live fair waiters and the last token minted from `fence_key`. Tokens are
--- never returned.
+-- live fair waiters and the last token a lease minted from `fence_key`
+-- (tokens of transaction-scoped locks are not remembered per key). Tokens
+-- are never returned. A transaction-scoped lock is a row `transaction`
+-- with no metadata and no time left, found in `pg_locks` (the advisory
+-- lock of class 1819239276 on the key's hash, held in this database);
+-- another key of the same hash would show it too.
 CREATE OR REPLACE FUNCTION lockmacro_inspect(lock_key text, fence_key text)
 RETURNS TABLE (
     held_as text, permits integer, metadata text, left_ms bigint, waiters bigint, fence bigint
@@ -493,8 +510,17 @@ LANGUAGE sql AS $$
         UNION ALL
         SELECT s.held_as, s.permits, s.value, s.expires_at
             FROM lockmacro_shares s, n WHERE s.key = lock_key AND s.expires_at > n.at
+        UNION ALL
+        SELECT 'transaction', NULL::integer, NULL::text, NULL::timestamptz
+            FROM pg_locks p
+            WHERE p.locktype = 'advisory' AND p.granted AND p.mode = 'ExclusiveLock'
+                AND p.database = (SELECT d.oid FROM pg_database d
+                    WHERE d.datname = current_database())
+                AND p.classid = 1819239276::oid AND p.objsubid = 2
+                AND p.objid = (hashtext(lock_key)::bigint & 4294967295)::oid
     )
-    SELECT h.held_as, h.permits, substr(h.value, 33), lockmacro_ms(h.expires_at - n.at),
+    SELECT h.held_as, h.permits, substr(h.value, 33),
+        CASE WHEN h.expires_at IS NOT NULL THEN lockmacro_ms(h.expires_at - n.at) END,
         (SELECT count(*) FROM lockmacro_queue q WHERE q.key = lock_key AND q.expires_at > n.at),
         (SELECT f.value FROM lockmacro_fences f WHERE f.key = fence_key)
     FROM n LEFT JOIN held h ON true
@@ -504,7 +530,9 @@ $$;
 -- Deletes every lease on `lock_key`, whoever holds it: the lock, or every
 -- share, and a waiting writer's mark. Each holder's next refresh then
 -- finds nothing and its lease is lost; waiters are woken as by a release
--- (fair ones stay in line). Returns whether anything was held.
+-- (fair ones stay in line). Returns whether anything was held. A
+-- transaction-scoped lock has no row and is left alone: it ends with its
+-- transaction (or its session, `pg_terminate_backend`).
 CREATE OR REPLACE FUNCTION lockmacro_force_release(lock_key text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -529,7 +557,124 @@ BEGIN
 END
 $$;
 
--- What the backend checks for before it creates anything: the version of
--- this file, raised when it adds something.
+
+-- ---------------------------------------------------------------------
+-- Fencing tokens across keys, and transaction-scoped locks.
+-- ---------------------------------------------------------------------
+
+-- Every fencing token comes from this one sequence: tokens increase across
+-- keys, and a sequence never goes back, even across a crash (it may skip).
+CREATE SEQUENCE IF NOT EXISTS lockmacro_fence_seq;
+
+-- A schema from before the sequence counted each fence key from 1: start
+-- the sequence above every token those counters gave. Only then, so that
+-- running this again never moves the sequence back; the lock keeps
+-- acquires from minting meanwhile.
+DO $$
+BEGIN
+    LOCK TABLE lockmacro_fences IN SHARE ROW EXCLUSIVE MODE;
+    PERFORM setval('lockmacro_fence_seq', f.top)
+        FROM (SELECT max(value) AS top FROM lockmacro_fences) f, lockmacro_fence_seq s
+        WHERE f.top > s.last_value;
+END
+$$;
+
+-- A transaction-scoped lock is an advisory lock of class 1819239276 on the
+-- key's hash, held by the caller's transaction until it ends. Advisory
+-- locks are seen by every session at once, committed or not, which rows
+-- written by a transaction still open are not. (Two keys with the same
+-- hash exclude each other: one chance in four billion, and only ever a
+-- lock refused that could have been taken.)
+
+-- The index of the first of `lock_keys` that a transaction-scoped lock
+-- holds, or NULL. Called by the acquires of leases, which end with their
+-- statement: the shared advisory locks it takes end with them, and keep a
+-- transaction from taking the keys meanwhile.
+CREATE OR REPLACE FUNCTION lockmacro_in_transaction(lock_keys text[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    lock_key text;
+    idx integer := 0;
+BEGIN
+    FOREACH lock_key IN ARRAY lock_keys LOOP
+        IF NOT pg_try_advisory_xact_lock_shared(1819239276, hashtext(lock_key)) THEN
+            RETURN idx;
+        END IF;
+        idx := idx + 1;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- Takes `lock_key` for the rest of the calling transaction, or nothing.
+-- Returns what `lockmacro_acquire` does: `busy` is 0 while a lease, shares
+-- of it (permits, reads, a write), fair waiters or another transaction
+-- hold it (`left_ms`: the rest of the lease, or of the share that ends
+-- first). A key held as permits or read-write is answered busy, not
+-- refused as another kind: an error would abort the caller's transaction.
+-- A fencing token (`fenced`) comes from the shared sequence.
+--
+-- The transaction then ends when it sits idle for `ttl_ms`, or a statement
+-- of it runs that long (its own shorter timeouts are kept): the server
+-- ends it, it rolls back, and its lock with it. The commit delivers the
+-- `lockmacro_release` notification sent here, which wakes the waiters.
+--
+-- Only under READ COMMITTED: later statements must see leases committed
+-- since the transaction began.
+CREATE OR REPLACE FUNCTION lockmacro_acquire_in_transaction(
+    lock_key text, ttl_ms bigint, fenced boolean
+) RETURNS TABLE (busy integer, left_ms bigint, fence bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    held timestamptz;
+    timeout_name text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'a transaction-scoped lock needs READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    -- A block with a handler is a subtransaction: leaving it by the
+    -- exception gives back the advisory lock taken in it.
+    BEGIN
+        IF NOT pg_try_advisory_xact_lock(1819239276, hashtext(lock_key)) THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMBSY';
+        END IF;
+        SELECT l.expires_at INTO held
+            FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > clock_timestamp();
+        IF held IS NULL THEN
+            SELECT min(s.expires_at) INTO held
+                FROM lockmacro_shares s
+                WHERE s.key = lock_key AND s.expires_at > clock_timestamp();
+        END IF;
+        IF held IS NULL THEN
+            SELECT min(q.expires_at) INTO held
+                FROM lockmacro_queue q
+                WHERE q.key = lock_key AND q.expires_at > clock_timestamp();
+        END IF;
+        IF held IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMBSY';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'LMBSY' THEN
+        RETURN QUERY SELECT 0, CASE WHEN held IS NOT NULL
+            THEN lockmacro_ms(held - clock_timestamp()) END, NULL::bigint;
+        RETURN;
+    END;
+    FOREACH timeout_name IN ARRAY ARRAY['idle_in_transaction_session_timeout', 'statement_timeout'] LOOP
+        IF (SELECT s.setting::bigint NOT BETWEEN 1 AND ttl_ms FROM pg_settings s WHERE s.name = timeout_name) THEN
+            PERFORM set_config(timeout_name, ttl_ms::text, true);
+        END IF;
+    END LOOP;
+    PERFORM pg_notify('lockmacro_release', lock_key);
+    RETURN QUERY SELECT NULL::integer, NULL::bigint,
+        CASE WHEN fenced THEN nextval('lockmacro_fence_seq') END;
+END
+$$;
+
+-- What the backend checks for before it creates anything, and whether what
+-- it found is older than what it needs: the version of this file, raised
+-- when it adds something. 1: leases; 2 was either shares (permits,
+-- read-write locks) or the fence sequence and transaction-scoped locks;
+-- 3: both. Every statement above runs over any of them.
 CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 2 $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT 3 $$;

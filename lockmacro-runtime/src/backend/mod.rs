@@ -36,6 +36,8 @@ pub use self::inspect::{HeldAs, Holder, Inspection};
 pub use self::listener::{HandOff, Handed, ReleaseListener};
 pub use self::memory::MemoryBackend;
 #[cfg(feature = "postgres")]
+pub(crate) use self::postgres::acquire_in;
+#[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use self::postgres::{
     POSTGRES_MAX_KEY_LEN, POSTGRES_MIGRATION, PostgresBackend, PostgresConfig,

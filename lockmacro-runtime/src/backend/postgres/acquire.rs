@@ -59,33 +59,42 @@ impl PostgresBackend {
             .rows(&what, sql)
             .await
             .map_err(|err| kinds::refusal(err, req))?;
-        let row = rows
-            .first()
-            .ok_or_else(|| self.unexpected(&what, "no row"))?;
-        self.acquired(&what, row)
+        acquired(&self.server, &what, rows.first())
     }
+}
 
-    pub(super) fn acquired(&self, what: &str, row: &PgRow) -> Result<Acquired, LockError> {
-        let read = |column: &str| -> Result<Option<i64>, LockError> {
-            row.try_get::<Option<i64>, _>(column)
-                .map_err(|err| self.unexpected(what, err))
-        };
-        let busy = row
-            .try_get::<Option<i32>, _>("busy")
-            .map_err(|err| self.unexpected(what, err))?;
-        match busy {
-            Some(index) => Ok(Acquired::Busy {
-                index: usize::try_from(index).map_err(|err| self.unexpected(what, err))?,
-                remaining: read("left_ms")?
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .map(std::time::Duration::from_millis),
-                holder: row
-                    .try_get::<Option<String>, _>("holder")
-                    .map_err(|err| self.unexpected(what, err))?,
-            }),
-            None => Ok(Acquired::Obtained {
-                fence: read("fence")?.and_then(|fence| u64::try_from(fence).ok()),
-            }),
-        }
+/// What an acquire function's row (`busy`, `left_ms`, `fence`, and `holder`
+/// when the function reads it) says.
+pub(super) fn acquired(
+    server: &str,
+    what: &str,
+    row: Option<&PgRow>,
+) -> Result<Acquired, LockError> {
+    let unexpected = |reply: &dyn std::fmt::Display| -> LockError {
+        super::errors::unexpected(server, what, reply).into()
+    };
+    let row = row.ok_or_else(|| unexpected(&"no row"))?;
+    let read = |column: &str| -> Result<Option<i64>, LockError> {
+        row.try_get::<Option<i64>, _>(column)
+            .map_err(|err| unexpected(&err))
+    };
+    let busy = row
+        .try_get::<Option<i32>, _>("busy")
+        .map_err(|err| unexpected(&err))?;
+    match busy {
+        Some(index) => Ok(Acquired::Busy {
+            index: usize::try_from(index).map_err(|err| unexpected(&err))?,
+            remaining: read("left_ms")?
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(std::time::Duration::from_millis),
+            holder: match row.try_get::<Option<String>, _>("holder") {
+                Ok(holder) => holder,
+                Err(sqlx::Error::ColumnNotFound(_)) => None,
+                Err(err) => return Err(unexpected(&err)),
+            },
+        }),
+        None => Ok(Acquired::Obtained {
+            fence: read("fence")?.and_then(|fence| u64::try_from(fence).ok()),
+        }),
     }
 }

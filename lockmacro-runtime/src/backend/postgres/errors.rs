@@ -9,7 +9,8 @@ use crate::error::{BackendError, BackendErrorKind};
 pub(super) const RUN_THE_MIGRATION: &str = "run lockmacro's migration \
     (`lockmacro-runtime/migrations/postgres/0001_lockmacro.sql`, also \
     `lockmacro_runtime::POSTGRES_MIGRATION`) as a user who may create tables, \
-    and grant this user SELECT, INSERT, UPDATE, DELETE on the `lockmacro_*` tables";
+    and grant this user SELECT, INSERT, UPDATE, DELETE on the `lockmacro_*` tables \
+    and USAGE on the sequence `lockmacro_fence_seq`";
 
 /// `err`, met while doing `what` on the server `server`.
 pub(super) fn backend_error(server: &str, what: &str, err: sqlx::Error) -> BackendError {

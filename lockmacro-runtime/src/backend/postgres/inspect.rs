@@ -1,6 +1,8 @@
-//! What an operator sees and clears of a key: its kind, holders, fair
-//! waiters and fence counter in one statement (`lockmacro_inspect`), and
-//! every lease on it deleted by force (`lockmacro_force_release`).
+//! What an operator sees and clears of a key: its kind, holders (a
+//! transaction-scoped lock among them, from `pg_locks`), fair waiters and
+//! fence counter in one statement (`lockmacro_inspect`), and every lease on
+//! it deleted by force (`lockmacro_force_release`; a transaction-scoped
+//! lock ends only with its transaction).
 
 use std::time::Duration;
 
@@ -46,6 +48,8 @@ impl PostgresBackend {
                 .and_then(|permits| u32::try_from(permits).ok());
             let (kind, held_as) = match (held_as.as_str(), permits) {
                 ("lock", _) => (KeyKind::Lock, HeldAs::Lock),
+                // A transaction-scoped lock: no metadata, no time left.
+                ("transaction", None) => (KeyKind::Lock, HeldAs::Lock),
                 ("permit", Some(permits)) => (KeyKind::Semaphore { permits }, HeldAs::Permit),
                 ("read", None) => (KeyKind::ReadWrite, HeldAs::Read),
                 ("write", None) => (KeyKind::ReadWrite, HeldAs::Write),

@@ -6,7 +6,7 @@
 //! | table | row | written by |
 //! |---|---|---|
 //! | `lockmacro_locks` | key, token, value (token then metadata), `expires_at` | acquire (upsert over a free or expired row), refresh, release (delete by token) |
-//! | `lockmacro_fences` | fence key, last token minted | acquire with a fence, in the same transaction |
+//! | `lockmacro_fences` | fence key, last token minted for it (from `lockmacro_fence_seq`, one sequence for every key) | acquire with a fence, in the same transaction |
 //! | `lockmacro_queue` | key, fair waiter's token, arrival `seq`, `expires_at` | a fair attempt that found the key taken; its release or give-up deletes it |
 //! | `lockmacro_given_back` | a token released while it held nothing, for a minute | release; an acquire with that token (cancelled, still on its way) is refused |
 //! | `lockmacro_shares` | key, holder's token, `permits` (NULL: read-write), `held_as` (`permit`, `read`, `write`), value, `expires_at` | a share's acquire, refresh, release (delete by token), downgrade (`write` to `read`) |
@@ -16,6 +16,17 @@
 //! another kind is refused in the statement (SQLSTATE `LMKND`, read as
 //! [`LockError::WrongKind`]) before it writes anything. Force-release
 //! deletes every row of a key and notifies its waiters.
+//!
+//! A transaction-scoped lock ([`Locker::obtain_in`](crate::Locker::obtain_in))
+//! writes no row: it is an advisory lock on the key's hash held by the
+//! caller's transaction, which every acquire of a lease checks, shares
+//! included (they are answered busy). It takes no key that a lease or
+//! shares hold: a key held as permits or read-write is busy for it too,
+//! not [`LockError::WrongKind`], since an error would abort the caller's
+//! transaction. [`Locker::inspect`](crate::Locker::inspect) shows it as a
+//! lock with no metadata and no time left (read from `pg_locks`);
+//! [`Locker::force_release`](crate::Locker::force_release) leaves it alone:
+//! it ends with its transaction.
 //!
 //! Each operation is one statement calling a function of the migration
 //! ([`POSTGRES_MIGRATION`]), sent as a simple query: no session state, no
@@ -32,9 +43,11 @@ mod refresh;
 mod schema;
 mod shares;
 mod sql;
+mod transaction;
 
 pub use self::config::PostgresConfig;
 pub use self::schema::POSTGRES_MIGRATION;
+pub(crate) use self::transaction::acquire_in;
 
 use std::time::Duration;
 
@@ -54,10 +67,11 @@ use crate::backend::{
 pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 
 /// Locks in a PostgreSQL database, through sqlx: leases kept in a table and
-/// judged by the server's clock, fencing tokens from per-key counters that
-/// never go backwards, waiters woken by `LISTEN`/`NOTIFY`, fair waiters in
-/// arrival order, semaphores and read-write locks, and
-/// [`Locker::inspect`](crate::Locker::inspect) and
+/// judged by the server's clock, locks held by the caller's own transaction
+/// ([`Locker::obtain_in`](crate::Locker::obtain_in)), fencing tokens from
+/// one sequence that never goes backwards, waiters woken by
+/// `LISTEN`/`NOTIFY`, fair waiters in arrival order, semaphores and
+/// read-write locks, and [`Locker::inspect`](crate::Locker::inspect) and
 /// [`Locker::force_release`](crate::Locker::force_release).
 ///
 /// # Leases on the server's clock
@@ -76,10 +90,55 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 ///
 /// # Fencing tokens
 ///
-/// Each fence key has a counter in `lockmacro_fences`, advanced in the
-/// transaction that takes the lock: tokens count one by one per fence key,
-/// are committed with the lock (a restart cannot roll one back without the
-/// lock) and are never reset.
+/// Every token comes from one sequence, `lockmacro_fence_seq`, advanced in
+/// the transaction that takes the lock: tokens strictly increase across
+/// every key (locks, permits, reads and writes, leases and
+/// transaction-scoped locks alike), are committed
+/// with the lock (a restart cannot roll one back without the lock) and
+/// never go backwards; they may skip (a sequence does, after a crash or a
+/// rollback). Each fence key's row in `lockmacro_fences` remembers its last
+/// token, for an acquire sent again. A schema from before the sequence is
+/// upgraded with the sequence started above every per-key counter.
+///
+/// # Transaction-scoped locks
+///
+/// [`Locker::obtain_in`](crate::Locker::obtain_in) takes a key inside the
+/// caller's transaction: an advisory lock (`pg_advisory_xact_lock`) on the
+/// key's hash, seen at once by every session, committed or not, and given
+/// back by the commit or rollback. A lease's acquire (a lock, a permit, a
+/// read or the write) answers a key so held busy (without waiting), and a
+/// transaction answers busy for a key with a live lease, live shares of
+/// any kind or fair waiters (busy rather than [`LockError::WrongKind`]:
+/// an error would abort the caller's transaction). `inspect` lists it,
+/// from `pg_locks`, as a lock with no metadata and no time left;
+/// `force_release` cannot end it. Its ttl sets `idle_in_transaction_session_timeout` and
+/// `statement_timeout` for the rest of the transaction (`SET LOCAL`), so the
+/// server ends a stalled holder; PgBouncer in transaction mode keeps the
+/// transaction on one server connection, so it works there too.
+///
+/// # Failover to a replica
+///
+/// Point the backend at a name or address that follows the primary (a
+/// virtual IP, a DNS name, a proxy): sqlx connects to one host. After a
+/// failover the pool's connections to the old primary fail, and the next
+/// statements reconnect to the new one; a lease is kept if its refreshes
+/// reach it within the lease's local deadline. What the new primary knows
+/// is what its replication had received:
+///
+/// - a lease the replica had is kept: the holder refreshes and releases it
+///   on the new primary, contenders find the key taken, and the next fence
+///   token is larger;
+/// - with asynchronous replication (PostgreSQL's default), a lease taken
+///   just before the failover may never have reached the replica: the
+///   holder is told it is lost at its next refresh, another client can take
+///   the key at once, and the fence sequence's last steps may be gone with
+///   it, so the token of the lost lease, or one below it, is handed out
+///   again (PostgreSQL writes a sequence to the WAL 32 values ahead, so
+///   this takes more than 32 tokens the replica missed). Fencing across a failover
+///   needs the replica named in `synchronous_standby_names`: then a commit,
+///   and so an obtain, returns only once the replica has it.
+///
+/// The fault suite shows both cases (`tests/faults/postgres_failover.rs`).
 ///
 /// # Semaphores and read-write locks
 ///
@@ -169,17 +228,17 @@ impl PostgresBackend {
     pub async fn connect_with(url: &str, config: PostgresConfig) -> Result<Self, LockError> {
         let options = parse(url)?;
         let server = format!("{}:{}", options.get_host(), options.get_port());
+        let listen_pool = listen_pool(&config, &options)?;
         let pool = pool_options(&config, config.max_connections).connect_lazy_with(options);
-        let listen_pool = match &config.listen_url {
-            Some(listen_url) => pool_options(&config, 1).connect_lazy_with(parse(listen_url)?),
-            None => pool.clone(),
-        };
         Self::start(pool, listen_pool, server, config).await
     }
 
     /// A backend on the service's own pool, with the default
     /// [`PostgresConfig`] (its pool settings do not apply: the pool's own
-    /// do). Creates the schema if it is missing.
+    /// do). Creates the schema if it is missing. The listener that wakes
+    /// waiters opens one connection of its own, with the pool's connect
+    /// options, when a first waiter listens: it keeps it, and a pool of
+    /// one connection is left for the statements.
     ///
     /// ```no_run
     /// # async fn demo(pool: sqlx::PgPool) -> Result<(), lockmacro_runtime::LockError> {
@@ -206,10 +265,7 @@ impl PostgresBackend {
     pub async fn from_pool_with(pool: PgPool, config: PostgresConfig) -> Result<Self, LockError> {
         let options = pool.connect_options();
         let server = format!("{}:{}", options.get_host(), options.get_port());
-        let listen_pool = match &config.listen_url {
-            Some(listen_url) => pool_options(&config, 1).connect_lazy_with(parse(listen_url)?),
-            None => pool.clone(),
-        };
+        let listen_pool = listen_pool(&config, &options)?;
         Self::start(pool, listen_pool, server, config).await
     }
 
@@ -271,6 +327,18 @@ fn parse(url: &str) -> Result<PgConnectOptions, LockError> {
             url: crate::backend::redis::redact(url),
             reason: err.to_string(),
         })
+}
+
+/// The listener's own pool of one connection, to `config.listen_url` or
+/// where `options` point. `LISTEN` holds its connection for as long as the
+/// backend lives: taken from the statements' pool, it would leave a pool of
+/// one with none for them.
+fn listen_pool(config: &PostgresConfig, options: &PgConnectOptions) -> Result<PgPool, LockError> {
+    let options = match &config.listen_url {
+        Some(listen_url) => parse(listen_url)?,
+        None => options.clone(),
+    };
+    Ok(pool_options(config, 1).connect_lazy_with(options))
 }
 
 fn pool_options(config: &PostgresConfig, max_connections: u32) -> PgPoolOptions {

@@ -6,6 +6,7 @@
 
 use sqlx::Row;
 
+use super::acquire::acquired;
 use super::sql::{millis, text, text_or_null};
 use super::{PostgresBackend, kinds};
 use crate::LockError;
@@ -41,10 +42,7 @@ impl PostgresBackend {
             .rows(&what, sql)
             .await
             .map_err(|err| kinds::refusal(err, req))?;
-        let row = rows
-            .first()
-            .ok_or_else(|| self.unexpected(&what, "no row"))?;
-        self.acquired(&what, row)
+        acquired(&self.server, &what, rows.first())
     }
 
     /// Turns `token`'s write of `key` into a read, in one statement.
