@@ -211,8 +211,8 @@ fn check_share(backend: &dyn Backend, keys: &[String], share: Share) -> Result<(
             keys,
             &format!(
                 "this backend keeps no {what} (Redlock would need a majority to agree on who \
-                 holds which share); use one Redis server, a cluster, Sentinel, etcd or the \
-                 in-memory backend, or a plain lock"
+                 holds which share); use one Redis server, a cluster, Sentinel, etcd, \
+                 PostgreSQL or the in-memory backend, or a plain lock"
             ),
         ));
     }

@@ -112,9 +112,10 @@ impl Kind {
                 capability,
                 FairQueue | Shares | SeveralSlots | Servers | Inspect | List
             ),
-            Kind::Postgres => {
-                matches!(capability, FairQueue | SeveralSlots | ShortLeases | Servers)
-            }
+            Kind::Postgres => matches!(
+                capability,
+                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Inspect
+            ),
         }
     }
 
@@ -159,7 +160,7 @@ macro_rules! __if_capable {
     (Etcd, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(Servers)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Etcd, [$($rest),*] $then $else);
     };
-    (Postgres, [$(FairQueue)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Postgres, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Postgres, [$($rest),*] $then $else);
     };
     // A capability the backend lacks.

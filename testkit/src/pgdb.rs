@@ -82,9 +82,13 @@ impl PostgresDb {
         self.server.execute(&self.name, sql).await;
     }
 
-    /// Whether a live lease holds `key`.
+    /// Whether a live lease holds `key`: its lock, or a share of it.
     pub async fn is_held(&self, key: &str) -> bool {
-        self.live(key, "key").await.is_some()
+        let shares = format!(
+            "SELECT key FROM lockmacro_shares WHERE key = {} AND expires_at > clock_timestamp()",
+            quote(key)
+        );
+        self.live(key, "key").await.is_some() || !self.column(&shares).await.is_empty()
     }
 
     /// What is left of the lease on `key`, on the server's clock.

@@ -97,7 +97,8 @@ async fn a_user_who_may_not_create_the_tables_is_told_which_migration_to_run() {
     db.execute(POSTGRES_MIGRATION).await;
     db.execute(
         "GRANT SELECT, INSERT, UPDATE, DELETE \
-         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back TO weak; \
+         ON lockmacro_locks, lockmacro_fences, lockmacro_queue, lockmacro_given_back, \
+         lockmacro_shares, lockmacro_writing TO weak; \
          GRANT USAGE ON SEQUENCE lockmacro_fence_seq TO weak",
     )
     .await;
@@ -174,6 +175,46 @@ async fn a_pool_without_free_connections_fails_within_its_acquire_timeout() {
         "obtain once a connection is free",
     );
     fx.check(lock.release().await, "release");
+}
+
+/// A database on an earlier version of the schema without shares (version
+/// 1, or a version 2 with the fence sequence and transaction-scoped locks):
+/// a backend that may create tables brings it up to date as it starts; one
+/// that may not says it is out of date and names the migration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_of_an_earlier_version_is_brought_up_to_date() {
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().unwrap();
+    for version in [1, 2] {
+        db.execute(&format!(
+            "DROP TABLE lockmacro_shares, lockmacro_writing; \
+         CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer \
+         LANGUAGE sql IMMUTABLE AS $$ SELECT {version} $$"
+        ))
+        .await;
+        let config = PostgresConfig::default().create_schema(false);
+        let (_, message) = backend_error(connect(&db.url(), config).await);
+        assert!(
+            message.contains("out of date") && message.contains("0001_lockmacro.sql"),
+            "{message}"
+        );
+        let locker = Locker::new(connect(&db.url(), PostgresConfig::default()).await.unwrap());
+        let permit = fx.check(
+            locker
+                .obtain(
+                    "api",
+                    Duration::from_secs(5),
+                    ObtainOptions::new().permits(2),
+                )
+                .await,
+            "a permit on the schema brought up to date",
+        );
+        fx.check(permit.release().await, "release");
+        assert_eq!(
+            db.column("SELECT lockmacro_schema_version()::text").await,
+            [Some("3".to_owned())]
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lockmacro_runtime::{
-    BackendErrorKind, LockError, Locker, ObtainOptions, PostgresBackend, PostgresConfig,
-    RetryStrategy,
+    BackendErrorKind, HeldAs, KeyKind, LockError, Locker, ObtainOptions, PostgresBackend,
+    PostgresConfig, RetryStrategy,
 };
 use lockmacro_testkit::Fixture;
 use lockmacro_testkit::pgbouncer::PgBouncer;
@@ -357,23 +357,168 @@ async fn transaction_locks_count_without_loss_through_pgbouncer_in_transaction_m
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_schema_with_per_key_counters_is_upgraded_and_tokens_start_above_them() {
+async fn a_schema_with_per_key_counters_is_upgraded_and_tokens_start_above_them_for_locks_and_shares()
+ {
     let fx = Fixture::postgres().await;
     let db = fx.postgres_db().expect("a PostgreSQL fixture");
-    // What a schema of version 1 had: a counter per fence key, no sequence.
-    db.execute(
-        "DROP SEQUENCE lockmacro_fence_seq; \
-         INSERT INTO lockmacro_fences (key, value) VALUES ('old:fence', 500); \
-         CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer \
-         LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$",
-    )
-    .await;
-    let locker = db.locker().await;
-    let lock = fx.check(locker.obtain("new", TTL, once().fence()).await, "obtain");
-    let token = lock.fence_token().expect("fenced");
-    assert!(token > 500, "token {token} after the upgrade");
+    // What a schema of version 1 had, and one of version 2 with shares but
+    // before the sequence: a counter per fence key, no sequence. Shares
+    // then take their tokens from the sequence too.
+    for (version, top) in [(1, 500), (2, 5000)] {
+        db.execute(&format!(
+            "DROP SEQUENCE lockmacro_fence_seq; \
+             INSERT INTO lockmacro_fences (key, value) VALUES ('old:fence{version}', {top}); \
+             CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer \
+             LANGUAGE sql IMMUTABLE AS $$ SELECT {version} $$"
+        ))
+        .await;
+        let locker = db.locker().await;
+        let lock = fx.check(locker.obtain("new", TTL, once().fence()).await, "obtain");
+        let token = lock.fence_token().expect("fenced");
+        assert!(
+            token > top,
+            "token {token} after the upgrade from {version}"
+        );
+        fx.check(lock.release().await, "release");
+        let permit = fx.check(
+            locker
+                .obtain("new-permits", TTL, once().permits(2).fence())
+                .await,
+            "a permit",
+        );
+        let after = permit.fence_token().expect("fenced");
+        assert!(after > token, "a permit's token {after} after {token}");
+        fx.check(permit.release().await, "release");
+        assert_eq!(
+            db.column("SELECT lockmacro_schema_version()::text").await,
+            [Some("3".to_owned())]
+        );
+    }
+}
+
+/// Shares (permits, reads, the write) and transaction-scoped locks answer
+/// each other busy: a share's acquire finds the transaction's advisory
+/// lock, and `obtain_in` finds the shares' rows (busy, not `WrongKind`,
+/// which would abort the transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_and_transaction_locks_answer_each_other_busy() {
+    let fx = Fixture::postgres().await;
+    let (_, locker, pool) = setup(&fx).await;
+    for (name, share) in [
+        ("permit", once().permits(3)),
+        ("read", once().read()),
+        ("write", once().write()),
+    ] {
+        let key = format!("shared-{name}");
+        let mut tx = pool.begin().await.unwrap();
+        fx.check(locker.obtain_in(&mut tx, &key, TTL, once()).await, "in");
+        assert!(
+            is_not_obtained(locker.obtain(&key, TTL, share.clone()).await),
+            "a {name} under a transaction lock"
+        );
+        tx.commit().await.unwrap();
+
+        let held = fx.check(locker.obtain(&key, TTL, share).await, name);
+        let mut tx = pool.begin().await.unwrap();
+        assert!(
+            is_not_obtained(locker.obtain_in(&mut tx, &key, TTL, once()).await),
+            "a transaction lock on a key held as a {name}"
+        );
+        // The transaction is not aborted: it goes on, and takes another key.
+        fx.check(
+            locker
+                .obtain_in(&mut tx, &format!("{key}-other"), TTL, once())
+                .await,
+            "another key in the same transaction",
+        );
+        fx.check(held.release().await, "release");
+        fx.check(
+            locker.obtain_in(&mut tx, &key, TTL, once()).await,
+            "after the share's release",
+        );
+        tx.rollback().await.unwrap();
+    }
+}
+
+/// `inspect` shows a key held by a transaction lock as a lock with no
+/// metadata and no time left; `force_release` leaves it to its transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_sees_a_transaction_lock_and_force_release_leaves_it() {
+    let fx = Fixture::postgres().await;
+    let (_, locker, pool) = setup(&fx).await;
+    let mut tx = pool.begin().await.unwrap();
+    fx.check(locker.obtain_in(&mut tx, "seen", TTL, once()).await, "in");
+    let seen = fx.check(locker.inspect("seen").await, "inspect");
+    assert_eq!(seen.kind, Some(KeyKind::Lock), "{seen:?}");
+    assert_eq!(seen.holders.len(), 1, "{seen:?}");
+    assert_eq!(seen.holders[0].held_as, HeldAs::Lock);
+    assert_eq!(seen.holders[0].metadata, "");
+    assert_eq!(seen.holders[0].remaining, None);
     assert_eq!(
-        db.column("SELECT lockmacro_schema_version()::text").await,
-        [Some("2".to_owned())]
+        fx.check(locker.inspect("unseen").await, "inspect").kind,
+        None,
+        "another key"
     );
+    assert!(!fx.check(locker.force_release("seen").await, "force_release"));
+    assert!(
+        is_not_obtained(locker.obtain("seen", TTL, once()).await),
+        "still held after force_release"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        fx.check(locker.inspect("seen").await, "inspect").kind,
+        None,
+        "after the commit"
+    );
+}
+
+/// Shares take their fencing tokens from the sequence locks use: tokens
+/// increase across keys and kinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_fence_tokens_come_from_the_shared_sequence() {
+    let fx = Fixture::postgres().await;
+    let (_, locker, pool) = setup(&fx).await;
+    let mut last = 0;
+    for (round, key) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
+        let token = match round {
+            0 | 3 => {
+                let lock = fx.check(locker.obtain(key, TTL, once().fence()).await, "lock");
+                let token = lock.fence_token().expect("fenced");
+                fx.check(lock.release().await, "release");
+                token
+            }
+            1 => {
+                let permit = fx.check(
+                    locker.obtain(key, TTL, once().permits(2).fence()).await,
+                    "permit",
+                );
+                let token = permit.fence_token().expect("fenced");
+                fx.check(permit.release().await, "release");
+                token
+            }
+            2 => {
+                let mut tx = pool.begin().await.unwrap();
+                let lock = fx.check(
+                    locker.obtain_in(&mut tx, key, TTL, once().fence()).await,
+                    "in",
+                );
+                tx.commit().await.unwrap();
+                lock.fence().expect("fenced")
+            }
+            _ => {
+                let write = fx.check(
+                    locker.obtain(key, TTL, once().write().fence()).await,
+                    "write",
+                );
+                let token = write.fence_token().expect("fenced");
+                fx.check(write.release().await, "release");
+                token
+            }
+        };
+        assert!(
+            token > last,
+            "round {round} on `{key}`: token {token} after {last}"
+        );
+        last = token;
+    }
 }

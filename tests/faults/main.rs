@@ -29,6 +29,8 @@ mod postgres_failover;
 #[cfg(feature = "postgres")]
 mod postgres_network;
 #[cfg(feature = "postgres")]
+mod postgres_permits;
+#[cfg(feature = "postgres")]
 mod postgres_transaction;
 mod process;
 mod restart;

@@ -192,8 +192,8 @@ mod list_on {
 }
 
 /// Seeing and clearing keys on every backend that can (`Inspect` in
-/// `testkit/src/kind.rs`), and what a refusal tells of the holder on every
-/// backend whose answers carry it (a backend joins by being listed).
+/// `testkit/src/kind.rs`), and what a refusal tells of the holder, which
+/// every backend's answers carry.
 mod inspect_on {
     lockmacro_testkit::for_each_backend! {
         runtime: (flavor = "multi_thread", worker_threads = 2),
@@ -214,12 +214,6 @@ mod inspect_on {
         { needs: [Inspect, FairQueue], servers: shared } => [
             inspect_counts_fair_waiters,
         ],
-        {
-            needs: [],
-            only: [Redis, Cluster, Redlock, Sentinel, Memory, Outside, Etcd],
-            servers: shared
-        } => [
-            a_refusal_tells_the_holders_lease_and_metadata,
-        ],
+        { needs: [], servers: shared } => [a_refusal_tells_the_holders_lease_and_metadata],
     }
 }

@@ -3,9 +3,9 @@
 -- The backend runs this file itself when its tables are missing. Run it
 -- yourself (psql, sqlx migrate, refinery, ...) when the backend's user may
 -- not create tables, then grant that user SELECT, INSERT, UPDATE and DELETE
--- on the four tables, USAGE on the sequence `lockmacro_fence_seq` and
--- EXECUTE on the functions. Running it again changes
--- nothing.
+-- on the `lockmacro_*` tables, USAGE on the sequence `lockmacro_fence_seq`
+-- and EXECUTE on the functions. Running it again changes nothing, and
+-- running it over an older version adds what is missing.
 --
 -- Every expiry is set and compared on the server's clock
 -- (`clock_timestamp()`): clients' clocks do not matter, and nothing depends
@@ -45,6 +45,31 @@ CREATE TABLE IF NOT EXISTS lockmacro_given_back (
     expires_at timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS lockmacro_given_back_expiry ON lockmacro_given_back (expires_at);
+
+-- Shares of a key (added in schema version 2): a semaphore's permits, a
+-- read-write lock's reads and its write, one row per holder, each on a
+-- lease of its own. A key is held by a lock (`lockmacro_locks`) or by
+-- shares of one kind (the same `permits`), never both; a key whose shares
+-- have all expired is free for any kind.
+CREATE TABLE IF NOT EXISTS lockmacro_shares (
+    key        text        NOT NULL CHECK (octet_length(key) <= 1024),
+    token      text        NOT NULL,
+    -- The semaphore's number of permits; NULL for a read-write lock.
+    permits    integer     CHECK (permits > 0),
+    held_as    text        NOT NULL CHECK (held_as IN ('permit', 'read', 'write')),
+    value      text        NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (key, token)
+);
+
+-- A writer waiting for the readers of a key: readers that come after it
+-- wait behind it until `expires_at`, which each of its attempts pushes to
+-- a second past the first reader's expiry. A writer that gives up holds
+-- readers back no longer than that.
+CREATE TABLE IF NOT EXISTS lockmacro_writing (
+    key        text        PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);
 
 -- Milliseconds left in an interval, rounded up, never negative.
 CREATE OR REPLACE FUNCTION lockmacro_ms(left_over interval) RETURNS bigint
@@ -126,6 +151,7 @@ BEGIN
     END IF;
     idx := 0;
     FOREACH lock_key IN ARRAY lock_keys LOOP
+        PERFORM lockmacro_check_kind(lock_key, idx, -1, now_);
         SELECT l.value, l.expires_at INTO held
             FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
         IF FOUND THEN
@@ -176,6 +202,7 @@ BEGIN
         RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
+    PERFORM lockmacro_check_kind(lock_key, 0, -1, now_);
     SELECT l.value, l.expires_at INTO held
         FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
     IF FOUND AND held.value = lock_value THEN
@@ -207,30 +234,45 @@ END
 $$;
 
 -- Extends many leases at once: lease `leases[i]` owns key `lock_keys[i]`
--- with token `tokens[i]` and is extended to `ttls_ms[i]`, if it still holds
--- every one of its keys. Returns the leases extended.
+-- with token `tokens[i]` (the lock, or a share of it) and is extended to
+-- `ttls_ms[i]`, if it still holds every one of its keys. Returns the leases
+-- extended.
 CREATE OR REPLACE FUNCTION lockmacro_refresh(
     lock_keys text[], tokens text[], ttls_ms bigint[], leases integer[]
 ) RETURNS SETOF integer
 LANGUAGE sql AS $$
     WITH wanted AS (
         SELECT * FROM unnest(lock_keys, tokens, ttls_ms, leases) AS w(key, token, ttl_ms, lease)
+    ), checked AS (
+        SELECT w.lease,
+            EXISTS (SELECT 1 FROM lockmacro_locks l
+                WHERE l.key = w.key AND l.token = w.token AND l.expires_at > clock_timestamp())
+            OR EXISTS (SELECT 1 FROM lockmacro_shares s
+                WHERE s.key = w.key AND s.token = w.token AND s.expires_at > clock_timestamp())
+            AS live
+        FROM wanted w
     ), owned AS (
-        SELECT w.lease FROM wanted w
-            LEFT JOIN lockmacro_locks l
-                ON l.key = w.key AND l.token = w.token AND l.expires_at > clock_timestamp()
-            GROUP BY w.lease HAVING count(l.key) = count(*)
+        SELECT c.lease FROM checked c GROUP BY c.lease HAVING bool_and(c.live)
     ), extended AS (
         UPDATE lockmacro_locks l
             SET expires_at = clock_timestamp() + w.ttl_ms * interval '1 millisecond'
             FROM wanted w JOIN owned o ON o.lease = w.lease
             WHERE l.key = w.key AND l.token = w.token
             RETURNING w.lease
+    ), extended_shares AS (
+        UPDATE lockmacro_shares s
+            SET expires_at = clock_timestamp() + w.ttl_ms * interval '1 millisecond'
+            FROM wanted w JOIN owned o ON o.lease = w.lease
+            WHERE s.key = w.key AND s.token = w.token
+            RETURNING w.lease
     )
-    SELECT DISTINCT lease FROM extended
+    SELECT DISTINCT e.lease FROM (
+        SELECT lease FROM extended UNION ALL SELECT lease FROM extended_shares
+    ) e
 $$;
 
--- Deletes the keys that `token` holds and its places in their queues, and
+-- Deletes the keys (or the shares of them) that `token` holds and its
+-- places in their queues, and
 -- tells the waiters (channel `lockmacro_release`, the key as payload).
 -- Waits for acquires of the keys in progress, and when `token` held none
 -- of them, remembers it as given back. Returns whether every key was still
@@ -245,8 +287,11 @@ BEGIN
     FOREACH lock_key IN ARRAY lock_keys LOOP
         PERFORM lockmacro_guard(lock_key);
     END LOOP;
-    SELECT count(*) INTO deleted FROM lockmacro_locks l
-        WHERE l.key = ANY (lock_keys) AND l.token = owner;
+    SELECT (SELECT count(*) FROM lockmacro_locks l
+            WHERE l.key = ANY (lock_keys) AND l.token = owner)
+        + (SELECT count(*) FROM lockmacro_shares s
+            WHERE s.key = ANY (lock_keys) AND s.token = owner)
+        INTO deleted;
     IF deleted = 0 THEN
         DELETE FROM lockmacro_given_back g WHERE g.expires_at <= clock_timestamp();
         INSERT INTO lockmacro_given_back (token, expires_at)
@@ -256,18 +301,262 @@ BEGIN
     WITH gone AS (
         DELETE FROM lockmacro_locks l WHERE l.key = ANY (lock_keys) AND l.token = owner
             RETURNING l.key, l.expires_at > clock_timestamp() AS alive
+    ), gone_shares AS (
+        DELETE FROM lockmacro_shares s WHERE s.key = ANY (lock_keys) AND s.token = owner
+            RETURNING s.key, s.expires_at > clock_timestamp() AS alive
     ), left_line AS (
         DELETE FROM lockmacro_queue q WHERE q.key = ANY (lock_keys) AND q.token = owner
             RETURNING q.key
     ), told AS (
         SELECT pg_notify('lockmacro_release', k.key)
-            FROM (SELECT g.key FROM gone g UNION SELECT l.key FROM left_line l) k
+            FROM (SELECT g.key FROM gone g UNION SELECT g.key FROM gone_shares g
+                UNION SELECT l.key FROM left_line l) k
     )
-    SELECT (SELECT count(*) FROM gone g WHERE g.alive) + 0 * (SELECT count(*) FROM told)
+    SELECT (SELECT count(*) FROM gone g WHERE g.alive)
+        + (SELECT count(*) FROM gone_shares g WHERE g.alive)
+        + 0 * (SELECT count(*) FROM told)
         INTO live;
     RETURN live = cardinality(lock_keys);
 END
 $$;
+
+-- Refuses to take `lock_key` as `asked` (-1 a lock, 0 a read-write lock,
+-- N a semaphore of N permits) while live leases hold it as another kind:
+-- raises SQLSTATE LMKND with the detail '<idx> <held>' (`idx`: the key's
+-- index in the request), which the client turns into
+-- `LockError::WrongKind`; the statement then writes nothing.
+CREATE OR REPLACE FUNCTION lockmacro_check_kind(
+    lock_key text, idx integer, asked integer, now_ timestamptz
+) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    held integer;
+BEGIN
+    IF asked <> -1 AND EXISTS (
+        SELECT 1 FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_
+    ) THEN
+        held := -1;
+    ELSE
+        SELECT coalesce(s.permits, 0) INTO held FROM lockmacro_shares s
+            WHERE s.key = lock_key AND s.expires_at > now_ LIMIT 1;
+    END IF;
+    IF held IS NOT NULL AND held <> asked THEN
+        RAISE EXCEPTION USING ERRCODE = 'LMKND',
+            MESSAGE = format('%s is held as another kind', lock_key),
+            DETAIL = format('%s %s', idx, held);
+    END IF;
+END
+$$;
+
+-- The metadata of the live lock on `lock_key`, for a busy answer.
+CREATE OR REPLACE FUNCTION lockmacro_holder(lock_key text) RETURNS text
+LANGUAGE sql AS $$
+    SELECT substr(l.value, 33) FROM lockmacro_locks l
+        WHERE l.key = lock_key AND l.expires_at > clock_timestamp()
+$$;
+
+-- Takes a share of `lock_key` for `ttl_ms`: one of `permits` permits, or
+-- (`permits` NULL) a read or the write of a read-write lock, as `held_as`
+-- says. Shares past their expiry are dropped before counting, so a holder
+-- that died gives its share back after its ttl, never sooner.
+--
+-- A permit is taken while fewer than `permits` are held and, of the fair
+-- waiters in `lockmacro_queue`, fewer than the free permits are ahead: all
+-- of them for an ordinary attempt (`wait_ms` NULL), those that came before
+-- it for a fair one, which joins the queue for `wait_ms` (0: does not
+-- join). A read is taken while no write is held and no writer waits
+-- (`lockmacro_writing`); the write while no share is held. A writer that
+-- finds readers and will wait (`waiting`) marks the key, so that a stream
+-- of readers cannot starve it.
+--
+-- Returns what `lockmacro_acquire` does, and the metadata of the first
+-- holder in the way (NULL when what is in the way holds nothing: waiters).
+-- A share this token holds already (a retry whose reply was lost) is
+-- extended, with the fencing token minted the first time.
+CREATE OR REPLACE FUNCTION lockmacro_acquire_shared(
+    lock_key text, lock_value text, ttl_ms bigint, permits integer, held_as text,
+    wait_ms bigint, waiting boolean, fence_key text
+) RETURNS TABLE (busy integer, left_ms bigint, fence bigint, holder text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ timestamptz;
+    owner text := left(lock_value, 32);
+    expires timestamptz;
+    oldest record;
+    writer record;
+    held integer;
+    marked timestamptz;
+    place bigint;
+    ahead integer;
+    head timestamptz;
+BEGIN
+    PERFORM lockmacro_guard(lock_key);
+    now_ := clock_timestamp();
+    expires := now_ + ttl_ms * interval '1 millisecond';
+    -- A transaction-scoped lock holds the key whole: busy, for as long as
+    -- its transaction lasts (not known here).
+    IF lockmacro_was_given_back(lock_value, now_)
+        OR lockmacro_in_transaction(ARRAY[lock_key]) IS NOT NULL THEN
+        RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint, NULL::text;
+        RETURN;
+    END IF;
+    PERFORM lockmacro_check_kind(lock_key, 0, coalesce(permits, 0), now_);
+    UPDATE lockmacro_shares s SET expires_at = expires
+        WHERE s.key = lock_key AND s.token = owner AND s.expires_at > now_;
+    IF FOUND THEN
+        RETURN QUERY SELECT NULL::integer, NULL::bigint, lockmacro_fence(fence_key, true),
+            NULL::text;
+        RETURN;
+    END IF;
+    DELETE FROM lockmacro_shares s WHERE s.key = lock_key AND s.expires_at <= now_;
+    SELECT count(*)::integer INTO held FROM lockmacro_shares s WHERE s.key = lock_key;
+    SELECT s.value, s.expires_at INTO oldest FROM lockmacro_shares s
+        WHERE s.key = lock_key ORDER BY s.expires_at LIMIT 1;
+    IF held_as = 'write' THEN
+        IF held > 0 THEN
+            IF waiting THEN
+                INSERT INTO lockmacro_writing AS w (key, expires_at)
+                    VALUES (lock_key, oldest.expires_at + interval '1 second')
+                    ON CONFLICT (key) DO UPDATE
+                        SET expires_at = greatest(w.expires_at, excluded.expires_at);
+            END IF;
+            RETURN QUERY SELECT 0, lockmacro_ms(oldest.expires_at - now_), NULL::bigint,
+                substr(oldest.value, 33);
+            RETURN;
+        END IF;
+        DELETE FROM lockmacro_writing w WHERE w.key = lock_key;
+    ELSIF held_as = 'read' THEN
+        SELECT s.value, s.expires_at INTO writer FROM lockmacro_shares s
+            WHERE s.key = lock_key AND s.held_as = 'write';
+        IF FOUND THEN
+            RETURN QUERY SELECT 0, lockmacro_ms(writer.expires_at - now_), NULL::bigint,
+                substr(writer.value, 33);
+            RETURN;
+        END IF;
+        SELECT w.expires_at INTO marked FROM lockmacro_writing w
+            WHERE w.key = lock_key AND w.expires_at > now_;
+        IF marked IS NOT NULL THEN
+            RETURN QUERY SELECT 0, lockmacro_ms(marked - now_), NULL::bigint, NULL::text;
+            RETURN;
+        END IF;
+    ELSE
+        DELETE FROM lockmacro_queue q WHERE q.key = lock_key AND q.expires_at <= now_;
+        SELECT q.seq INTO place FROM lockmacro_queue q
+            WHERE q.key = lock_key AND q.token = owner;
+        SELECT count(*)::integer, min(q.expires_at) INTO ahead, head FROM lockmacro_queue q
+            WHERE q.key = lock_key AND (place IS NULL OR q.seq < place);
+        IF held + ahead >= permits THEN
+            IF wait_ms > 0 AND place IS NULL THEN
+                INSERT INTO lockmacro_queue (key, token, expires_at)
+                    VALUES (lock_key, owner, now_ + wait_ms * interval '1 millisecond');
+            END IF;
+            IF held >= permits THEN
+                RETURN QUERY SELECT 0, lockmacro_ms(oldest.expires_at - now_), NULL::bigint,
+                    substr(oldest.value, 33);
+            ELSE
+                -- Waiters ahead take the free permits; this one tries again
+                -- when a share goes or a waiter's wait ends.
+                RETURN QUERY SELECT 0, lockmacro_ms(least(oldest.expires_at, head) - now_),
+                    NULL::bigint, NULL::text;
+            END IF;
+            RETURN;
+        END IF;
+        DELETE FROM lockmacro_queue q WHERE q.key = lock_key AND q.token = owner;
+    END IF;
+    INSERT INTO lockmacro_shares (key, token, permits, held_as, value, expires_at)
+        VALUES (lock_key, owner, permits, held_as, lock_value, expires);
+    RETURN QUERY SELECT NULL::integer, NULL::bigint, lockmacro_fence(fence_key, false),
+        NULL::text;
+END
+$$;
+
+-- Turns the write of `lock_key` held by `owner` into a read, with the same
+-- expiry, in one step (no writer can take the key in between), and wakes
+-- the readers waiting behind it. Returns whether `owner` held the write.
+CREATE OR REPLACE FUNCTION lockmacro_downgrade(lock_key text, owner text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM lockmacro_guard(lock_key);
+    UPDATE lockmacro_shares s SET held_as = 'read'
+        WHERE s.key = lock_key AND s.token = owner AND s.held_as = 'write'
+            AND s.expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify('lockmacro_release', lock_key);
+    RETURN true;
+END
+$$;
+
+-- What holds `lock_key`, for operators: one row per live lease (what it
+-- holds, the semaphore's permits, its holder's metadata, the ms it has
+-- left), or one row of NULLs when none does; each row also carries the
+-- live fair waiters and the last token a lease minted from `fence_key`
+-- (tokens of transaction-scoped locks are not remembered per key). Tokens
+-- are never returned. A transaction-scoped lock is a row `transaction`
+-- with no metadata and no time left, found in `pg_locks` (the advisory
+-- lock of class 1819239276 on the key's hash, held in this database);
+-- another key of the same hash would show it too.
+CREATE OR REPLACE FUNCTION lockmacro_inspect(lock_key text, fence_key text)
+RETURNS TABLE (
+    held_as text, permits integer, metadata text, left_ms bigint, waiters bigint, fence bigint
+)
+LANGUAGE sql AS $$
+    WITH n AS (
+        SELECT clock_timestamp() AS at
+    ), held AS (
+        SELECT 'lock' AS held_as, NULL::integer AS permits, l.value, l.expires_at
+            FROM lockmacro_locks l, n WHERE l.key = lock_key AND l.expires_at > n.at
+        UNION ALL
+        SELECT s.held_as, s.permits, s.value, s.expires_at
+            FROM lockmacro_shares s, n WHERE s.key = lock_key AND s.expires_at > n.at
+        UNION ALL
+        SELECT 'transaction', NULL::integer, NULL::text, NULL::timestamptz
+            FROM pg_locks p
+            WHERE p.locktype = 'advisory' AND p.granted AND p.mode = 'ExclusiveLock'
+                AND p.database = (SELECT d.oid FROM pg_database d
+                    WHERE d.datname = current_database())
+                AND p.classid = 1819239276::oid AND p.objsubid = 2
+                AND p.objid = (hashtext(lock_key)::bigint & 4294967295)::oid
+    )
+    SELECT h.held_as, h.permits, substr(h.value, 33),
+        CASE WHEN h.expires_at IS NOT NULL THEN lockmacro_ms(h.expires_at - n.at) END,
+        (SELECT count(*) FROM lockmacro_queue q WHERE q.key = lock_key AND q.expires_at > n.at),
+        (SELECT f.value FROM lockmacro_fences f WHERE f.key = fence_key)
+    FROM n LEFT JOIN held h ON true
+    ORDER BY h.expires_at
+$$;
+
+-- Deletes every lease on `lock_key`, whoever holds it: the lock, or every
+-- share, and a waiting writer's mark. Each holder's next refresh then
+-- finds nothing and its lease is lost; waiters are woken as by a release
+-- (fair ones stay in line). Returns whether anything was held. A
+-- transaction-scoped lock has no row and is left alone: it ends with its
+-- transaction (or its session, `pg_terminate_backend`).
+CREATE OR REPLACE FUNCTION lockmacro_force_release(lock_key text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    live integer;
+BEGIN
+    PERFORM lockmacro_guard(lock_key);
+    DELETE FROM lockmacro_writing w WHERE w.key = lock_key;
+    WITH gone AS (
+        DELETE FROM lockmacro_locks l WHERE l.key = lock_key
+            RETURNING l.expires_at > clock_timestamp() AS alive
+    ), gone_shares AS (
+        DELETE FROM lockmacro_shares s WHERE s.key = lock_key
+            RETURNING s.expires_at > clock_timestamp() AS alive
+    )
+    SELECT (SELECT count(*) FROM gone g WHERE g.alive)
+        + (SELECT count(*) FROM gone_shares g WHERE g.alive)
+        INTO live;
+    IF live > 0 THEN
+        PERFORM pg_notify('lockmacro_release', lock_key);
+    END IF;
+    RETURN live > 0;
+END
+$$;
+
 
 -- ---------------------------------------------------------------------
 -- Fencing tokens across keys, and transaction-scoped locks.
@@ -318,8 +607,11 @@ END
 $$;
 
 -- Takes `lock_key` for the rest of the calling transaction, or nothing.
--- Returns what `lockmacro_acquire` does: `busy` is 0 while a lease, fair
--- waiters or another transaction hold it (`left_ms`: the lease's rest).
+-- Returns what `lockmacro_acquire` does: `busy` is 0 while a lease, shares
+-- of it (permits, reads, a write), fair waiters or another transaction
+-- hold it (`left_ms`: the rest of the lease, or of the share that ends
+-- first). A key held as permits or read-write is answered busy, not
+-- refused as another kind: an error would abort the caller's transaction.
 -- A fencing token (`fenced`) comes from the shared sequence.
 --
 -- The transaction then ends when it sits idle for `ttl_ms`, or a statement
@@ -351,6 +643,11 @@ BEGIN
         SELECT l.expires_at INTO held
             FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > clock_timestamp();
         IF held IS NULL THEN
+            SELECT min(s.expires_at) INTO held
+                FROM lockmacro_shares s
+                WHERE s.key = lock_key AND s.expires_at > clock_timestamp();
+        END IF;
+        IF held IS NULL THEN
             SELECT min(q.expires_at) INTO held
                 FROM lockmacro_queue q
                 WHERE q.key = lock_key AND q.expires_at > clock_timestamp();
@@ -375,6 +672,9 @@ END
 $$;
 
 -- What the backend checks for before it creates anything, and whether what
--- it found is older than what it needs.
+-- it found is older than what it needs: the version of this file, raised
+-- when it adds something. 1: leases; 2 was either shares (permits,
+-- read-write locks) or the fence sequence and transaction-scoped locks;
+-- 3: both. Every statement above runs over any of them.
 CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 2 $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT 3 $$;

@@ -1,12 +1,13 @@
 //! Taking keys: ordinary attempts (several keys, all or none) and fair ones
 //! (one key, in the order waiters came), each one call of a function of the
-//! migration.
+//! migration; shares are in `shares.rs`. A busy answer carries the holder's
+//! metadata, read in the same statement.
 
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use super::PostgresBackend;
 use super::sql::{millis, text, text_or_null, texts};
+use super::{PostgresBackend, kinds};
 use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired};
 use crate::error::{BackendError, BackendErrorKind};
@@ -17,12 +18,11 @@ impl PostgresBackend {
         req: &AcquireRequest<'_>,
     ) -> Result<Acquired, LockError> {
         let what = format!("obtain `{}`", req.keys.join("`, `"));
-        if req.share.is_some() || req.replicas > 0 {
+        if req.replicas > 0 {
             return Err(BackendError::new(
                 BackendErrorKind::Unsupported,
                 format!("postgres {}: {what}", self.server),
-                "the PostgreSQL backend keeps whole keys only: no permits, read-write shares \
-                 or replicas",
+                "the PostgreSQL backend waits for no replicas",
             )
             .into());
         }
@@ -35,27 +35,36 @@ impl PostgresBackend {
             )
             .into());
         }
+        if let Some(share) = req.share {
+            return self.acquire_share(req, share).await;
+        }
         let ttl = millis(req.ttl);
         let fence = text_or_null(req.fence_key);
         let sql = match (req.queue_for, req.keys) {
             (Some(wait), [key]) => format!(
-                "SELECT busy, left_ms, fence FROM lockmacro_acquire_fair({}, {}, {ttl}, {}, {fence})",
-                text(key),
+                "SELECT busy, left_ms, fence, lockmacro_holder({key}) AS holder \
+                 FROM lockmacro_acquire_fair({key}, {}, {ttl}, {}, {fence})",
                 text(req.value),
                 millis(wait),
+                key = text(key),
             ),
             _ => format!(
-                "SELECT busy, left_ms, fence FROM lockmacro_acquire({}, {}, {ttl}, {fence})",
-                texts(req.keys.iter().map(String::as_str)),
+                "SELECT busy, left_ms, fence, lockmacro_holder(({keys})[busy + 1]) AS holder \
+                 FROM lockmacro_acquire({keys}, {}, {ttl}, {fence})",
                 text(req.value),
+                keys = texts(req.keys.iter().map(String::as_str)),
             ),
         };
-        let rows = self.rows(&what, sql).await?;
+        let rows = self
+            .rows(&what, sql)
+            .await
+            .map_err(|err| kinds::refusal(err, req))?;
         acquired(&self.server, &what, rows.first())
     }
 }
 
-/// What an acquire function's row (`busy`, `left_ms`, `fence`) says.
+/// What an acquire function's row (`busy`, `left_ms`, `fence`, and `holder`
+/// when the function reads it) says.
 pub(super) fn acquired(
     server: &str,
     what: &str,
@@ -78,7 +87,11 @@ pub(super) fn acquired(
             remaining: read("left_ms")?
                 .and_then(|ms| u64::try_from(ms).ok())
                 .map(std::time::Duration::from_millis),
-            holder: None,
+            holder: match row.try_get::<Option<String>, _>("holder") {
+                Ok(holder) => holder,
+                Err(sqlx::Error::ColumnNotFound(_)) => None,
+                Err(err) => return Err(unexpected(&err)),
+            },
         }),
         None => Ok(Acquired::Obtained {
             fence: read("fence")?.and_then(|fence| u64::try_from(fence).ok()),

@@ -9,10 +9,24 @@
 //! | `lockmacro_fences` | fence key, last token minted for it (from `lockmacro_fence_seq`, one sequence for every key) | acquire with a fence, in the same transaction |
 //! | `lockmacro_queue` | key, fair waiter's token, arrival `seq`, `expires_at` | a fair attempt that found the key taken; its release or give-up deletes it |
 //! | `lockmacro_given_back` | a token released while it held nothing, for a minute | release; an acquire with that token (cancelled, still on its way) is refused |
+//! | `lockmacro_shares` | key, holder's token, `permits` (NULL: read-write), `held_as` (`permit`, `read`, `write`), value, `expires_at` | a share's acquire, refresh, release (delete by token), downgrade (`write` to `read`) |
+//! | `lockmacro_writing` | key, until when readers wait behind a waiting writer | a writer's attempt that found readers; its write deletes it |
+//!
+//! A key is a lock row or shares of one kind, never both: an acquire of
+//! another kind is refused in the statement (SQLSTATE `LMKND`, read as
+//! [`LockError::WrongKind`]) before it writes anything. Force-release
+//! deletes every row of a key and notifies its waiters.
 //!
 //! A transaction-scoped lock ([`Locker::obtain_in`](crate::Locker::obtain_in))
 //! writes no row: it is an advisory lock on the key's hash held by the
-//! caller's transaction, which every acquire of a lease checks.
+//! caller's transaction, which every acquire of a lease checks, shares
+//! included (they are answered busy). It takes no key that a lease or
+//! shares hold: a key held as permits or read-write is busy for it too,
+//! not [`LockError::WrongKind`], since an error would abort the caller's
+//! transaction. [`Locker::inspect`](crate::Locker::inspect) shows it as a
+//! lock with no metadata and no time left (read from `pg_locks`);
+//! [`Locker::force_release`](crate::Locker::force_release) leaves it alone:
+//! it ends with its transaction.
 //!
 //! Each operation is one statement calling a function of the migration
 //! ([`POSTGRES_MIGRATION`]), sent as a simple query: no session state, no
@@ -22,9 +36,12 @@ mod acquire;
 mod config;
 mod errors;
 mod fair;
+mod inspect;
+mod kinds;
 mod listen;
 mod refresh;
 mod schema;
+mod shares;
 mod sql;
 mod transaction;
 
@@ -41,7 +58,8 @@ use self::errors::{backend_error, timed_out, unexpected};
 use self::listen::Releases;
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, RefreshRequest, ReleaseListener,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, Inspection, RefreshRequest,
+    ReleaseListener,
 };
 
 /// The longest lock or fence key the backend stores, in bytes; longer ones
@@ -52,7 +70,9 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// judged by the server's clock, locks held by the caller's own transaction
 /// ([`Locker::obtain_in`](crate::Locker::obtain_in)), fencing tokens from
 /// one sequence that never goes backwards, waiters woken by
-/// `LISTEN`/`NOTIFY`, fair waiters in arrival order.
+/// `LISTEN`/`NOTIFY`, fair waiters in arrival order, semaphores and
+/// read-write locks, and [`Locker::inspect`](crate::Locker::inspect) and
+/// [`Locker::force_release`](crate::Locker::force_release).
 ///
 /// # Leases on the server's clock
 ///
@@ -72,7 +92,8 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 ///
 /// Every token comes from one sequence, `lockmacro_fence_seq`, advanced in
 /// the transaction that takes the lock: tokens strictly increase across
-/// every key (leases and transaction-scoped locks alike), are committed
+/// every key (locks, permits, reads and writes, leases and
+/// transaction-scoped locks alike), are committed
 /// with the lock (a restart cannot roll one back without the lock) and
 /// never go backwards; they may skip (a sequence does, after a crash or a
 /// rollback). Each fence key's row in `lockmacro_fences` remembers its last
@@ -84,9 +105,13 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// [`Locker::obtain_in`](crate::Locker::obtain_in) takes a key inside the
 /// caller's transaction: an advisory lock (`pg_advisory_xact_lock`) on the
 /// key's hash, seen at once by every session, committed or not, and given
-/// back by the commit or rollback. A lease's acquire refuses a key so held
-/// (without waiting), and a transaction refuses a key with a live lease or
-/// fair waiters. Its ttl sets `idle_in_transaction_session_timeout` and
+/// back by the commit or rollback. A lease's acquire (a lock, a permit, a
+/// read or the write) answers a key so held busy (without waiting), and a
+/// transaction answers busy for a key with a live lease, live shares of
+/// any kind or fair waiters (busy rather than [`LockError::WrongKind`]:
+/// an error would abort the caller's transaction). `inspect` lists it,
+/// from `pg_locks`, as a lock with no metadata and no time left;
+/// `force_release` cannot end it. Its ttl sets `idle_in_transaction_session_timeout` and
 /// `statement_timeout` for the rest of the transaction (`SET LOCAL`), so the
 /// server ends a stalled holder; PgBouncer in transaction mode keeps the
 /// transaction on one server connection, so it works there too.
@@ -106,20 +131,36 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// - with asynchronous replication (PostgreSQL's default), a lease taken
 ///   just before the failover may never have reached the replica: the
 ///   holder is told it is lost at its next refresh, another client can take
-///   the key at once, and the counter's last steps are gone with it, so the
-///   token of the lost lease is handed out again. Fencing across a failover
+///   the key at once, and the fence sequence's last steps may be gone with
+///   it, so the token of the lost lease, or one below it, is handed out
+///   again (PostgreSQL writes a sequence to the WAL 32 values ahead, so
+///   this takes more than 32 tokens the replica missed). Fencing across a failover
 ///   needs the replica named in `synchronous_standby_names`: then a commit,
 ///   and so an obtain, returns only once the replica has it.
 ///
 /// The fault suite shows both cases (`tests/faults/postgres_failover.rs`).
 ///
+/// # Semaphores and read-write locks
+///
+/// A permit, a read or the write is a row of `lockmacro_shares` on a lease
+/// of its own, on the server's clock like a lock's: refreshed by the same
+/// batched statement, released by its token (which notifies the waiters),
+/// and free once expired, so a dead holder's share comes back after its
+/// ttl, never sooner. One statement counts the live shares and takes one,
+/// under the key's transaction-scoped advisory lock. Fair waiters for
+/// permits queue in `lockmacro_queue` with fair lock waiters; a writer
+/// waiting for readers holds back the readers after it. A key keeps one
+/// kind while held ([`KeyKind`](crate::KeyKind)); an obtain of another is
+/// refused before anything is written.
+///
 /// # Schema
 ///
 /// The backend creates its tables and functions when they are missing
 /// ([`POSTGRES_MIGRATION`], the file
-/// `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql`). A user who
-/// may not create tables gets an error naming that migration: run it as one
-/// who may.
+/// `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql`), and runs it
+/// again over the tables of an earlier version, which it adds to. A user
+/// who may not create tables gets an error naming that migration: run it as
+/// one who may.
 ///
 /// # Poolers
 ///
@@ -384,6 +425,26 @@ impl Backend for PostgresBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::none().with_fair_queue(self)
+        Capabilities::none().with_fair_queue(self).with_shares()
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
+        Box::pin(self.inspect_key(key, fence_key))
+    }
+
+    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.force_release_key(key))
+    }
+
+    fn downgrade<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.downgrade_write(key, token))
     }
 }

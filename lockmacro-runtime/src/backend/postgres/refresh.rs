@@ -1,5 +1,6 @@
-//! Keeping leases: many refreshes in one statement (`unnest` of arrays),
-//! what is left of a lease, and release by token.
+//! Keeping leases, of locks and shares alike: many refreshes in one
+//! statement (`unnest` of arrays), what is left of a lease, and release by
+//! token.
 
 use std::time::Duration;
 
@@ -82,12 +83,15 @@ impl PostgresBackend {
             return Ok(None);
         }
         let what = format!("ttl of `{}`", keys.join("`, `"));
+        // A lock's key or a share of it: a token holds one or the other.
         let sql = format!(
             "SELECT count(*)::bigint, lockmacro_ms(min(expires_at) - clock_timestamp()) \
-             FROM lockmacro_locks WHERE key = ANY ({}) AND token = {} \
-             AND expires_at > clock_timestamp()",
-            texts(keys.iter().map(String::as_str)),
-            text(token),
+             FROM (SELECT expires_at FROM lockmacro_locks WHERE key = ANY ({keys}) \
+             AND token = {token} UNION ALL SELECT expires_at FROM lockmacro_shares \
+             WHERE key = ANY ({keys}) AND token = {token}) held \
+             WHERE expires_at > clock_timestamp()",
+            keys = texts(keys.iter().map(String::as_str)),
+            token = text(token),
         );
         let rows = self.rows(&what, sql).await?;
         let row = rows

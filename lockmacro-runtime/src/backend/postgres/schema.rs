@@ -22,9 +22,11 @@ use crate::error::{BackendError, BackendErrorKind};
 pub const POSTGRES_MIGRATION: &str =
     include_str!("../../../migrations/postgres/0001_lockmacro.sql");
 
-/// What `lockmacro_schema_version()` returns for the migration this crate
-/// ships: an older schema is brought up to date.
-const SCHEMA_VERSION: i32 = 2;
+/// What `lockmacro_schema_version()` answers once [`POSTGRES_MIGRATION`]
+/// has run (3: shares and transaction-scoped locks; 2 was either one of
+/// them alone): a schema older than that is brought up to date (or, where
+/// the backend may not, named as out of date) like a missing one.
+const SCHEMA_VERSION: i32 = 3;
 
 /// Taken while the migration runs, so that backends starting together do
 /// not create the same functions at once (which PostgreSQL refuses with
@@ -36,27 +38,28 @@ impl PostgresBackend {
     /// or says which migration to run when it may not.
     pub(super) async fn ensure_schema(&self) -> Result<(), LockError> {
         let what = "check the schema";
-        let found = match self
-            .single(
+        let version = match self
+            .scalar(
                 what,
                 "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer",
             )
             .await?
         {
             Some(1) => {
-                self.single(what, "SELECT lockmacro_schema_version()")
+                self.scalar(what, "SELECT lockmacro_schema_version()")
                     .await?
             }
             _ => None,
         };
-        if found.is_some_and(|version| version >= SCHEMA_VERSION) {
+        if version.is_some_and(|version| version >= SCHEMA_VERSION) {
             return Ok(());
         }
         if !self.config.create_schema {
-            let state = match found {
-                Some(version) => {
-                    format!("lockmacro's schema is version {version}, older than {SCHEMA_VERSION}")
-                }
+            let state = match version {
+                Some(version) => format!(
+                    "lockmacro's tables are out of date (version {version}; this version of \
+                     lockmacro needs {SCHEMA_VERSION})"
+                ),
                 None => "lockmacro's tables are missing".to_owned(),
             };
             return Err(BackendError::new(
@@ -80,8 +83,8 @@ impl PostgresBackend {
         }
     }
 
-    /// The one integer `sql` answers, if any.
-    async fn single(&self, what: &str, sql: &str) -> Result<Option<i32>, LockError> {
+    /// The one integer `sql` selects.
+    async fn scalar(&self, what: &str, sql: &str) -> Result<Option<i32>, LockError> {
         let rows = self.rows(what, sql.to_owned()).await?;
         Ok(rows.first().and_then(|row| sqlx::Row::try_get(row, 0).ok()))
     }

@@ -1,0 +1,97 @@
+//! What an operator sees and clears of a key: its kind, holders (a
+//! transaction-scoped lock among them, from `pg_locks`), fair waiters and
+//! fence counter in one statement (`lockmacro_inspect`), and every lease on
+//! it deleted by force (`lockmacro_force_release`; a transaction-scoped
+//! lock ends only with its transaction).
+
+use std::time::Duration;
+
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use super::PostgresBackend;
+use super::sql::text;
+use crate::backend::{HeldAs, Holder, Inspection};
+use crate::{KeyKind, LockError};
+
+impl PostgresBackend {
+    pub(super) async fn inspect_key(
+        &self,
+        key: &str,
+        fence_key: &str,
+    ) -> Result<Inspection, LockError> {
+        let what = format!("inspect `{key}`");
+        let sql = format!(
+            "SELECT held_as, permits, metadata, left_ms, waiters, fence \
+             FROM lockmacro_inspect({}, {})",
+            text(key),
+            text(fence_key),
+        );
+        let rows = self.rows(&what, sql).await?;
+        let mut seen = Inspection::free();
+        for row in &rows {
+            let read = Read {
+                backend: self,
+                row,
+                what: &what,
+            };
+            seen.waiters =
+                usize::try_from(read.column::<i64>("waiters")?.unwrap_or(0)).unwrap_or(usize::MAX);
+            seen.fence = read
+                .column::<i64>("fence")?
+                .and_then(|fence| u64::try_from(fence).ok());
+            let Some(held_as) = read.column::<String>("held_as")? else {
+                continue;
+            };
+            let permits = read
+                .column::<i32>("permits")?
+                .and_then(|permits| u32::try_from(permits).ok());
+            let (kind, held_as) = match (held_as.as_str(), permits) {
+                ("lock", _) => (KeyKind::Lock, HeldAs::Lock),
+                // A transaction-scoped lock: no metadata, no time left.
+                ("transaction", None) => (KeyKind::Lock, HeldAs::Lock),
+                ("permit", Some(permits)) => (KeyKind::Semaphore { permits }, HeldAs::Permit),
+                ("read", None) => (KeyKind::ReadWrite, HeldAs::Read),
+                ("write", None) => (KeyKind::ReadWrite, HeldAs::Write),
+                (other, _) => return Err(self.unexpected(&what, other)),
+            };
+            seen.kind = Some(kind);
+            let remaining = read
+                .column::<i64>("left_ms")?
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis);
+            let metadata = read.column::<String>("metadata")?.unwrap_or_default();
+            seen.holders.push(Holder::new(held_as, metadata, remaining));
+        }
+        Ok(seen)
+    }
+
+    pub(super) async fn force_release_key(&self, key: &str) -> Result<bool, LockError> {
+        let what = format!("force the release of `{key}`");
+        let sql = format!("SELECT lockmacro_force_release({})", text(key));
+        let rows = self.rows(&what, sql).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.unexpected(&what, "no row"))?;
+        row.try_get::<bool, _>(0)
+            .map_err(|err| self.unexpected(&what, err))
+    }
+}
+
+/// One row of `lockmacro_inspect`, read column by column.
+struct Read<'a> {
+    backend: &'a PostgresBackend,
+    row: &'a PgRow,
+    what: &'a str,
+}
+
+impl Read<'_> {
+    fn column<T>(&self, name: &str) -> Result<Option<T>, LockError>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        self.row
+            .try_get::<Option<T>, _>(name)
+            .map_err(|err| self.backend.unexpected(self.what, err))
+    }
+}
