@@ -52,7 +52,9 @@ impl Locker {
     ///
     /// For operators: on Redis it walks the keyspace with `SCAN` (on every
     /// master of a cluster, and of Redlock), on etcd it reads the prefix's
-    /// range, then reads each key found, so it costs a round trip per key.
+    /// range, on PostgreSQL the live rows of its lock and share tables (a
+    /// lock inside a transaction leaves only a hash of its key, and is not
+    /// listed), then reads each key found, so it costs a round trip per key.
     /// Keys taken or released meanwhile may or may not be listed. Fails with
     /// [`BackendErrorKind::Unsupported`](crate::BackendErrorKind::Unsupported)
     /// on a backend that cannot list its keys.

@@ -114,7 +114,7 @@ impl Kind {
             ),
             Kind::Postgres => matches!(
                 capability,
-                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Inspect
+                FairQueue | Shares | SeveralSlots | ShortLeases | Servers | Inspect | List
             ),
         }
     }
@@ -160,7 +160,7 @@ macro_rules! __if_capable {
     (Etcd, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(Servers)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Etcd, [$($rest),*] $then $else);
     };
-    (Postgres, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Inspect)? $(, $rest:ident)*] $then:tt $else:tt) => {
+    (Postgres, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Postgres, [$($rest),*] $then $else);
     };
     // A capability the backend lacks.

@@ -2,7 +2,9 @@
 //! transaction-scoped lock among them, from `pg_locks`), fair waiters and
 //! fence counter in one statement (`lockmacro_inspect`), and every lease on
 //! it deleted by force (`lockmacro_force_release`; a transaction-scoped
-//! lock ends only with its transaction).
+//! lock ends only with its transaction). The keys held under a prefix are
+//! the live rows of the lock and share tables; a transaction-scoped lock
+//! leaves only a hash of its key in `pg_locks`, so it is not listed.
 
 use std::time::Duration;
 
@@ -64,6 +66,27 @@ impl PostgresBackend {
             seen.holders.push(Holder::new(held_as, metadata, remaining));
         }
         Ok(seen)
+    }
+
+    pub(super) async fn list_keys(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let what = format!("list `{prefix}*`");
+        let sql = format!(
+            "SELECT key FROM lockmacro_locks \
+             WHERE starts_with(key, {prefix}) AND expires_at > clock_timestamp() \
+             UNION \
+             SELECT key FROM lockmacro_shares \
+             WHERE starts_with(key, {prefix}) AND expires_at > clock_timestamp() \
+             ORDER BY 1",
+            prefix = text(prefix),
+        );
+        self.rows(&what, sql)
+            .await?
+            .iter()
+            .map(|row| {
+                row.try_get::<String, _>(0)
+                    .map_err(|err| self.unexpected(&what, err))
+            })
+            .collect()
     }
 
     pub(super) async fn force_release_key(&self, key: &str) -> Result<bool, LockError> {

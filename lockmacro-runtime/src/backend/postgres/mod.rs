@@ -436,6 +436,10 @@ impl Backend for PostgresBackend {
         Box::pin(self.inspect_key(key, fence_key))
     }
 
+    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        Box::pin(self.list_keys(prefix))
+    }
+
     fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(self.force_release_key(key))
     }
