@@ -19,6 +19,8 @@ mod inspect;
 mod keys;
 mod listener;
 mod memory;
+#[cfg(feature = "tls-rustls")]
+mod pem;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod redis;

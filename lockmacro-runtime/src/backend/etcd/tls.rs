@@ -5,10 +5,11 @@
 use std::path::PathBuf;
 
 use etcd_client::{Certificate, Identity, TlsOptions};
+use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::LockError;
+use crate::backend::pem::certificates_problem;
 use crate::backend::redis::install_crypto_provider;
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -72,20 +73,10 @@ impl Pem {
 
 /// Checks that `pem` holds at least one certificate and nothing unreadable.
 fn check_certificates(pem: &[u8], method: &str, what: &str) -> Result<(), LockError> {
-    let mut count = 0;
-    for certificate in CertificateDer::pem_slice_iter(pem) {
-        certificate
-            .map_err(|err| unusable(method, what, format_args!("is not valid PEM: {err}")))?;
-        count += 1;
+    match certificates_problem(pem) {
+        Some(reason) => Err(unusable(method, what, reason)),
+        None => Ok(()),
     }
-    if count == 0 {
-        return Err(unusable(
-            method,
-            what,
-            "holds no certificate (expected `-----BEGIN CERTIFICATE-----`)",
-        ));
-    }
-    Ok(())
 }
 
 impl TlsSettings {

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use redis::{ClientTlsConfig, RedisError, TlsCertificates};
+use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::LockError;
+use crate::backend::pem::certificates_problem;
 use crate::error::{BackendError, BackendErrorKind};
 
 /// PEM text of the certificates to trust; shown by its size only.
@@ -79,20 +80,7 @@ pub(super) fn certificates(
         .into()
     };
     let certificates = |method: &str, what: &str, pem: &[u8]| -> Result<(), LockError> {
-        let mut count = 0;
-        for certificate in CertificateDer::pem_slice_iter(pem) {
-            certificate
-                .map_err(|err| unusable(method, what, format!("is not valid PEM: {err}")))?;
-            count += 1;
-        }
-        if count == 0 {
-            return Err(unusable(
-                method,
-                what,
-                "holds no certificate (expected `-----BEGIN CERTIFICATE-----`)".into(),
-            ));
-        }
-        Ok(())
+        certificates_problem(pem).map_or(Ok(()), |reason| Err(unusable(method, what, reason)))
     };
     if let Some(RootCertificate(pem)) = root {
         certificates("tls_root_certificate", "root certificate", pem)?;
