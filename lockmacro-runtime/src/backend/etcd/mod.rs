@@ -413,16 +413,9 @@ impl Backend for EtcdBackend {
             let Some(held) = Self::common_lease(&found, token) else {
                 return Ok(None);
             };
-            let ttl = self
-                .call(&what, |mut client| async move {
-                    client
-                        .lease_time_to_live(held.lease, None)
-                        .await
-                        .map(|left| left.ttl())
-                })
-                .await?;
-            Ok(u64::try_from(ttl)
-                .ok()
+            let ttl = self.lease_ttl(held.lease, &what).await?;
+            Ok(ttl
+                .and_then(|secs| u64::try_from(secs).ok())
                 .filter(|secs| *secs > 0)
                 .map(Duration::from_secs))
         })

@@ -52,7 +52,7 @@ pub(crate) use self::transaction::acquire_in;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use self::errors::{backend_error, timed_out, unexpected};
 use self::listen::Releases;
@@ -305,6 +305,17 @@ impl PostgresBackend {
             Ok(Err(err)) => Err(self.error(what, err)),
             Err(_) => Err(self.late(what)),
         }
+    }
+
+    /// Runs `sql`, a call of one of the migration's functions that answers
+    /// whether it changed anything, and returns that answer.
+    async fn answer(&self, what: &str, sql: String) -> Result<bool, LockError> {
+        let rows = self.rows(what, sql).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.unexpected(what, "no row"))?;
+        row.try_get::<bool, _>(0)
+            .map_err(|err| self.unexpected(what, err))
     }
 
     fn error(&self, what: &str, err: sqlx::Error) -> LockError {
