@@ -22,6 +22,15 @@ use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired, TOKEN_LEN};
 
 impl EtcdBackend {
+    /// An attempt at `req`: a share, a fair one, or a plain one.
+    pub(super) async fn obtain(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        match (req.share, req.queue_for) {
+            (Some(share), _) => self.acquire_shared(&req, share).await,
+            (None, Some(wait)) => self.acquire_fair(&req, wait).await,
+            (None, None) => self.acquire_plain(&req).await,
+        }
+    }
+
     /// The lease and value that `keys` hold for `token`: from what this
     /// process remembers, else read from the store. `None` when the keys do
     /// not all hold the token on one lease.
@@ -200,15 +209,7 @@ impl EtcdBackend {
         let txn = Txn::new().when(free).and_then(puts).or_else(reads);
         let response = self.attach(&what, txn, req.token(), lease).await?;
         if response.succeeded() {
-            self.held().insert(
-                req.token().to_owned(),
-                Held {
-                    lease,
-                    value: req.value.to_owned(),
-                    secs,
-                    ..Held::default()
-                },
-            );
+            self.taken(req, lease, secs, &what).await;
             return Ok(Acquired::Obtained {
                 fence: req.fence_key.map(|_| fence(revision(&response))),
             });

@@ -4,7 +4,6 @@
 //! Refresh, release and what is left of a share go through the same
 //! statements as a lock's (`refresh.rs`), by key and token.
 
-
 use super::acquire::acquired;
 use super::sql::{millis, text, text_or_null};
 use super::{PostgresBackend, kinds};
