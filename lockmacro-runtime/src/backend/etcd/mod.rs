@@ -205,11 +205,9 @@ impl EtcdBackend {
     /// let locker = Locker::new(backend).with_namespace("billing");
     /// # Ok(()) }
     /// ```
-    pub async fn connect<I, S>(endpoints: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect(
+        endpoints: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Self::connect_with(endpoints, EtcdConfig::default()).await
     }
 
@@ -227,11 +225,10 @@ impl EtcdBackend {
     /// # let _ = backend;
     /// # Ok(()) }
     /// ```
-    pub async fn connect_with<I, S>(endpoints: I, config: EtcdConfig) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect_with(
+        endpoints: impl IntoIterator<Item = impl AsRef<str>>,
+        config: EtcdConfig,
+    ) -> Result<Self, LockError> {
         #[cfg(feature = "tls-rustls")]
         let tls = config.tls.is_set();
         #[cfg(not(feature = "tls-rustls"))]

@@ -142,28 +142,24 @@ impl std::fmt::Debug for RedlockBackend {
 }
 
 impl RedlockBackend {
-    /// Connects to the masters at `urls` (`redis://[user:password@]host:port/[db]`,
     /// `rediss://` for TLS) with the default [`RedisConfig`].
     ///
     /// Fails with [`LockError::InvalidUrl`] when a URL cannot be parsed, none
     /// is given, or two name the same server (it would be counted twice
     /// towards the majority), and with [`LockError::Backend`] when fewer than
     /// a majority can be reached.
-    pub async fn connect<I, S>(urls: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect(
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Self::connect_with(urls, RedisConfig::default()).await
     }
 
     /// Connects to the masters at `urls` with `config`, which applies to each
     /// master.
-    pub async fn connect_with<I, S>(urls: I, config: RedisConfig) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect_with(
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+        config: RedisConfig,
+    ) -> Result<Self, LockError> {
         let mut masters: Vec<Master> = Vec::new();
         for url in urls {
             let url = url.as_ref();

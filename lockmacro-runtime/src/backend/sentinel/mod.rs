@@ -177,11 +177,10 @@ impl SentinelBackend {
     /// Connects to the master named `master` by the `sentinels` (URLs), with
     /// the default [`RedisConfig`]. See the type's documentation for the
     /// forms of `master`.
-    pub async fn connect<I, S>(master: &str, sentinels: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect(
+        master: &str,
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Self::connect_with(master, sentinels, RedisConfig::default()).await
     }
 
@@ -189,15 +188,11 @@ impl SentinelBackend {
     /// `config`. Fails with [`LockError::InvalidUrl`] for a URL that cannot
     /// be parsed, and with [`LockError::Backend`] when no sentinel names a
     /// master that answers as one, with each sentinel's answer.
-    pub async fn connect_with<I, S>(
+    pub async fn connect_with(
         master: &str,
-        sentinels: I,
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
         config: RedisConfig,
-    ) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    ) -> Result<Self, LockError> {
         let urls: Vec<String> = sentinels
             .into_iter()
             .map(|url| url.as_ref().to_owned())
