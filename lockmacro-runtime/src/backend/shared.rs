@@ -155,6 +155,7 @@ macro_rules! boxed {
 /// For [`forward!`]: one refresh sent as a batch of one through the
 /// backend's inherent batch method, for backends whose batch is no dearer
 /// than a single refresh.
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 macro_rules! batch_of_one {
     ($self:ident, $verb:literal, $subject:expr, $method:ident($keys:ident, $token:ident, $ttl:ident)) => {
         Box::pin(async move {
@@ -167,6 +168,7 @@ macro_rules! batch_of_one {
 /// For [`forward!`]: a fair waiter of a backend that sends no hand-off
 /// message listens as any waiter does, for the release of the key (or the
 /// departure of a waiter ahead), and then takes the key itself.
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 macro_rules! as_any_waiter {
     ($self:ident, $verb:literal, $subject:expr, $method:ident($key:ident, $token:ident)) => {{
         let _ = $token;
@@ -174,7 +176,9 @@ macro_rules! as_any_waiter {
     }};
 }
 
-pub(super) use {as_any_waiter, batch_of_one, boxed, forward};
+#[cfg(any(feature = "etcd", feature = "postgres"))]
+pub(super) use {as_any_waiter, batch_of_one};
+pub(super) use {boxed, forward};
 
 /// A shared backend: several [`Locker`](crate::Locker)s built with
 /// `Locker::new(backend.clone())` contend on the same locks.
