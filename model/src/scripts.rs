@@ -109,6 +109,11 @@ pub const SCRIPTS: &[Script] = &[
         &["Plain", "Fair"],
     ),
     script(
+        "release_plain.lua",
+        "e53e5ae0a2a1cbe9ad4dc9a0092c6be68187b491ff192673bb81e5db735c3d59",
+        &["Plain"],
+    ),
+    script(
         "remaining.lua",
         "11ec6d5089dadc876a2936e4e42478ca62b03266e02d328077292bbad9e55bae",
         &[],
