@@ -110,7 +110,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "release_plain.lua",
-        "e53e5ae0a2a1cbe9ad4dc9a0092c6be68187b491ff192673bb81e5db735c3d59",
+        "96c681743e4d355f14ef3cd86c14e2512ba68892f8c20fb3be38743eeb29c490",
         &["Plain"],
     ),
     script(

@@ -6,10 +6,12 @@
 -- the key a string: deleted when its value starts with the token ARGV[1]
 -- (1), else left alone (0); missing: 0. Anything else (a set flag, an
 -- empty flag name, several keys, a set of shares at the key) goes on to
--- release.lua, as nothing was written here. string.find from 1, plain,
+-- release.lua, as nothing was written here. The flag is read with GET,
+-- as release.lua reads it, so that a user allowed what the release needed
+-- before needs nothing more. string.find from 1, plain,
 -- finds the token at 1 only when the value starts with it, without making
 -- the prefix as a new string.
-if #KEYS == 1 and (ARGV[2] or '') ~= '' and redis.call('EXISTS', ARGV[2]) == 0 then
+if #KEYS == 1 and (ARGV[2] or '') ~= '' and redis.pcall('GET', ARGV[2]) == false then
   local value = redis.pcall('GET', KEYS[1])
   if value == false then
     return 0
