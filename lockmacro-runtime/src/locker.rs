@@ -143,11 +143,10 @@ impl Locker {
     /// [`SentinelBackend::connect_with`]: crate::SentinelBackend::connect_with
     #[cfg(feature = "sentinel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-    pub async fn sentinel<I, S>(master: &str, sentinels: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn sentinel(
+        master: &str,
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Ok(Locker::new(
             crate::SentinelBackend::connect(master, sentinels).await?,
         ))
@@ -170,11 +169,9 @@ impl Locker {
     /// ```
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub async fn cluster<I, S>(seeds: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn cluster(
+        seeds: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Ok(Locker::new(crate::ClusterBackend::connect(seeds).await?))
     }
 
@@ -199,11 +196,9 @@ impl Locker {
     /// .await?;
     /// # let _ = locker; Ok(()) }
     /// ```
-    pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn redlock(
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Ok(Locker::new(RedlockBackend::connect(urls).await?))
     }
 
@@ -226,11 +221,9 @@ impl Locker {
     /// [`EtcdBackend`]: crate::EtcdBackend
     #[cfg(feature = "etcd")]
     #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
-    pub async fn etcd<I, S>(endpoints: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn etcd(
+        endpoints: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Ok(Locker::new(crate::EtcdBackend::connect(endpoints).await?))
     }
 
@@ -348,16 +341,12 @@ impl Locker {
     /// locker.obtain("account:1", ttl, ObtainOptions::default()).await?;
     /// # drop(held); Ok(()) }
     /// ```
-    pub async fn obtain_many<I, K>(
+    pub async fn obtain_many(
         &self,
-        keys: I,
+        keys: impl IntoIterator<Item = impl AsRef<str>>,
         ttl: Duration,
         opts: ObtainOptions,
-    ) -> Result<Lock, LockError>
-    where
-        I: IntoIterator<Item = K>,
-        K: AsRef<str>,
-    {
+    ) -> Result<Lock, LockError> {
         let keys: Vec<String> = keys
             .into_iter()
             .map(|key| key.as_ref().to_owned())

@@ -10,7 +10,7 @@
 //! Clients obtain the key one after another, each a few times, with fresh
 //! tokens; replies may be lost, and an attempt sent again finds its own
 //! value and is answered with `held_fence` (`fence.lua` lines 67-73, called
-//! from `acquire.lua` line 61): the counter as it stands, or a new fence
+//! from `acquire.lua` line 67 through `taken`, lines 27-32): the counter as it stands, or a new fence
 //! when the counter expired or was lost since the first attempt.
 
 use stateright::{Model, Property};
@@ -161,7 +161,7 @@ impl Fences {
         fence
     }
 
-    /// `acquire.lua` with one key and a counter: lines 47-64 and 95-96.
+    /// `acquire.lua` with one key and a counter: lines 54-68 and 96.
     fn acquire(&self, s: &mut FencesState, c: usize) -> Option<u16> {
         let token = (c as u8, s.takers[c].done);
         match s.key {

@@ -25,17 +25,17 @@ pub struct Script {
 pub const SCRIPTS: &[Script] = &[
     script(
         "acquire.lua",
-        "cfed972485b4b4bdbcc85ad17bd2e8b2523f9fdd93a438076fb33126e64f368c",
+        "e9f951d39c97e7d3aa87dc92d0caf52b402bab84b3f03aa5e76da6607b93ea3c",
         &["Plain", "Fences", "Kinds"],
     ),
     script(
         "acquire_fair.lua",
-        "88eedff8925252fcc8104f69925f8f6f9f9a1aa0b4fff71a629787507790629d",
+        "2ec383a44f8ad493f487aea2a79e107e83d551e63b137d9ae858f8a183278bca",
         &["Fair"],
     ),
     script(
         "acquire_shared.lua",
-        "80851adb6f4bf5b08d23cff3cf4a9419d6904040ed51d8d5b204bdd80018a50f",
+        "001a1a1586b36c6f8c4c1126642a8247ebaaf03a60a30b836c72c6f6ff185cb9",
         &["Shares", "Kinds"],
     ),
     script(

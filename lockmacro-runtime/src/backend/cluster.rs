@@ -134,22 +134,19 @@ impl ClusterBackend {
     /// Connects to the cluster through `seeds` (`redis://[user:password@]host:port/`,
     /// one or more nodes of the cluster; the others are discovered) with the
     /// default [`RedisConfig`].
-    pub async fn connect<I, S>(seeds: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect(
+        seeds: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Self::connect_with(seeds, RedisConfig::default()).await
     }
 
     /// Connects to the cluster through `seeds` with `config`. The connect
     /// timeout applies to each node; the response timeout bounds each call,
     /// redirections and retries included.
-    pub async fn connect_with<I, S>(seeds: I, config: RedisConfig) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect_with(
+        seeds: impl IntoIterator<Item = impl AsRef<str>>,
+        config: RedisConfig,
+    ) -> Result<Self, LockError> {
         let seeds: Vec<String> = seeds.into_iter().map(|s| s.as_ref().to_owned()).collect();
         let mut infos = Vec::new();
         for seed in seeds.iter().map(String::as_str) {
@@ -259,15 +256,11 @@ impl ClusterBackend {
     /// let locker = Locker::new(backend);
     /// # let _ = locker; Ok(()) }
     /// ```
-    pub async fn from_client<I, S>(
+    pub async fn from_client(
         client: redis::cluster::ClusterClient,
-        nodes: I,
+        nodes: impl IntoIterator<Item = impl AsRef<str>>,
         config: RedisConfig,
-    ) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    ) -> Result<Self, LockError> {
         let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
         let name = cluster_name(&nodes);
         let conn = open_connection(&client, &name, &config)
@@ -296,16 +289,12 @@ impl ClusterBackend {
     /// let locker = Locker::new(backend);
     /// # let _ = locker; Ok(()) }
     /// ```
-    pub fn from_connection<I, S>(
+    pub fn from_connection(
         conn: ClusterConnection,
         client: redis::cluster::ClusterClient,
-        nodes: I,
+        nodes: impl IntoIterator<Item = impl AsRef<str>>,
         config: RedisConfig,
-    ) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    ) -> Result<Self, LockError> {
         let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
         if nodes.is_empty() {
             return Err(LockError::InvalidUrl {

@@ -1,6 +1,7 @@
-//! The check every TLS setting shares: a certificate chain in PEM holds at
-//! least one certificate and nothing unreadable. Each backend words the
-//! error with the setting it was given to.
+//! What the Redis and etcd TLS settings share: the check that a certificate
+//! chain in PEM holds at least one certificate and nothing unreadable, and
+//! what a server's alert says of the client's certificate. Each backend
+//! words the error with the setting it was given to.
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -15,4 +16,32 @@ pub(crate) fn certificates_problem(pem: &[u8]) -> Option<String> {
         count += 1;
     }
     (count == 0).then(|| "holds no certificate (expected `-----BEGIN CERTIFICATE-----`)".to_owned())
+}
+
+/// What a TLS error says of the client's certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientCertificate {
+    /// The server checks clients, and none was given.
+    Required,
+    /// The server refused the one given: unknown CA, expired, revoked...
+    Refused,
+    /// Nothing: the error is about the server's side.
+    NotInQuestion,
+}
+
+/// What `err`, a failed handshake, says of the client's certificate.
+pub(crate) fn client_certificate(err: &rustls::Error) -> ClientCertificate {
+    use rustls::AlertDescription as Alert;
+    match err {
+        rustls::Error::AlertReceived(Alert::CertificateRequired) => ClientCertificate::Required,
+        rustls::Error::AlertReceived(
+            Alert::BadCertificate
+            | Alert::UnknownCA
+            | Alert::CertificateUnknown
+            | Alert::UnsupportedCertificate
+            | Alert::CertificateExpired
+            | Alert::CertificateRevoked,
+        ) => ClientCertificate::Refused,
+        _ => ClientCertificate::NotInQuestion,
+    }
 }

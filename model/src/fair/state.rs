@@ -1,7 +1,7 @@
 //! The fair model's state: the key, the queue and the flag, the waiters,
 //! their messages, and what the properties watch.
 
-/// A queue entry (`acquire_fair.lua` lines 137-143): its waiter, its expiry
+/// A queue entry (`acquire_fair.lua` lines 135-141): its waiter, its expiry
 /// and the attempt that last found it in line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Entry {

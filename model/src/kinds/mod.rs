@@ -1,7 +1,7 @@
 //! One key, several kinds: the kind kept with a key (`kinds.lua`: a lock is
 //! a string, a set of shares carries the marker member `kind:<N>` or
-//! `kind:rw`), the `WrongKind` refusals of `acquire.lua` (lines 37-55) and
-//! `acquire_shared.lua` (lines 50-62), which come before any write; the
+//! `kind:rw`), the `WrongKind` refusals of `acquire.lua` (lines 44-62) and
+//! `acquire_shared.lua` (lines 48-60), which come before any write; the
 //! write turned into a read (`downgrade.lua`); and the operator's
 //! `force_release.lua`, which deletes every lease on the key.
 //!
@@ -84,8 +84,8 @@ impl Kinds {
         }
     }
 
-    /// `acquire.lua` lines 47-64 for a lock, `acquire_shared.lua` lines
-    /// 50-62, 77-87, 114-139 and 195-206 for a share. `None`: refused as
+    /// `acquire.lua` lines 54-68 for a lock, `acquire_shared.lua` lines
+    /// 48-60, 75-85, 112-137 and 193-204 for a share. `None`: refused as
     /// another kind.
     fn acquire(&self, s: &mut KindsState, c: usize) -> Option<bool> {
         let asked = self.clients[c];

@@ -104,7 +104,7 @@ impl Plain {
         let now = s.now;
         match op {
             // protocol.rs `plain_set`/`plain_outcome` (no listen), else
-            // acquire.lua lines 27-35 and 47-64: SET NX, a retry finding its own value
+            // acquire.lua lines 34-42 and 54-68: SET NX, a retry finding its own value
             // extends it, a busy answer with `listen` sets the flag.
             Op::Acquire { listen } => {
                 s.awaiting[c] = None;

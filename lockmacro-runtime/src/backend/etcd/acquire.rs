@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnResponse,
 };
 
 use super::shares::shares_refuse_a_lock;
@@ -21,6 +22,15 @@ use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired, TOKEN_LEN};
 
 impl EtcdBackend {
+    /// An attempt at `req`: a share, a fair one, or a plain one.
+    pub(super) async fn obtain(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        match (req.share, req.queue_for) {
+            (Some(share), _) => self.acquire_shared(&req, share).await,
+            (None, Some(wait)) => self.acquire_fair(&req, wait).await,
+            (None, None) => self.acquire_plain(&req).await,
+        }
+    }
+
     /// The lease and value that `keys` hold for `token`: from what this
     /// process remembers, else read from the store. `None` when the keys do
     /// not all hold the token on one lease.
@@ -111,6 +121,14 @@ impl EtcdBackend {
         lease: i64,
         what: &str,
     ) -> Result<Option<Duration>, LockError> {
+        let ttl = self.lease_ttl(lease, what).await?;
+        // A lease about to go reports 0 or -1: it is gone within a second.
+        Ok(ttl.map(|secs| Duration::from_secs(u64::try_from(secs).unwrap_or(0).max(1))))
+    }
+
+    /// What etcd says is left of `lease`, in whole seconds (0 or -1 for a
+    /// lease about to go or gone); `None` for a key without lease.
+    pub(super) async fn lease_ttl(&self, lease: i64, what: &str) -> Result<Option<i64>, LockError> {
         if lease == 0 {
             return Ok(None);
         }
@@ -122,10 +140,7 @@ impl EtcdBackend {
                     .map(|left| left.ttl())
             })
             .await?;
-        // A lease about to go reports 0 or -1: it is gone within a second.
-        Ok(Some(Duration::from_secs(
-            u64::try_from(ttl).unwrap_or(0).max(1),
-        )))
+        Ok(Some(ttl))
     }
 
     pub(super) async fn acquire_plain(
@@ -192,24 +207,9 @@ impl EtcdBackend {
             }))
             .collect();
         let txn = Txn::new().when(free).and_then(puts).or_else(reads);
-        let response = match self.txn(&what, txn).await {
-            Ok(response) => response,
-            Err(err) => {
-                self.unpend_lease(req.token(), lease);
-                self.forget_lease(lease, &what).await;
-                return Err(err);
-            }
-        };
+        let response = self.attach(&what, txn, req.token(), lease).await?;
         if response.succeeded() {
-            self.held().insert(
-                req.token().to_owned(),
-                Held {
-                    lease,
-                    value: req.value.to_owned(),
-                    secs,
-                    ..Held::default()
-                },
-            );
+            self.taken(req, lease, secs, &what).await;
             return Ok(Acquired::Obtained {
                 fence: req.fence_key.map(|_| fence(revision(&response))),
             });
@@ -223,8 +223,7 @@ impl EtcdBackend {
             .zip(&shares)
             .find_map(|(key, share)| share.as_ref().map(|share| (key, share)))
         {
-            self.unpend_lease(req.token(), lease);
-            self.forget_lease(lease, &what).await;
+            self.give_back(req.token(), lease, &what).await;
             return Err(shares_refuse_a_lock(key, share.key()));
         }
         // The keys hold our value: this transaction was sent again after one
@@ -249,8 +248,7 @@ impl EtcdBackend {
             }
             self.forget_lease(held.lease, &what).await;
         }
-        self.unpend_lease(req.token(), lease);
-        self.forget_lease(lease, &what).await;
+        self.give_back(req.token(), lease, &what).await;
         self.busy(&found, &heads, req.value, &what).await
     }
 
@@ -271,9 +269,30 @@ impl EtcdBackend {
             .map(|share| share_key(&req.keys[0], share, req.token()));
     }
 
-    /// Undoes [`pending_lease`](Self::pending_lease) for a request that did
-    /// not attach the lease.
-    pub(super) fn unpend_lease(&self, token: &str, lease: i64) {
+    /// Sends `txn`, which attaches keys to `lease`, granted for an attempt
+    /// of `token`; when it fails, the lease is given back.
+    pub(super) async fn attach(
+        &self,
+        what: &str,
+        txn: Txn,
+        token: &str,
+        lease: i64,
+    ) -> Result<TxnResponse, LockError> {
+        let response = self.txn(what, txn).await;
+        if response.is_err() {
+            self.give_back(token, lease, what).await;
+        }
+        response
+    }
+
+    /// Gives back `lease`, granted for an attempt of `token` that did not
+    /// attach it: undoes [`pending_lease`](Self::pending_lease) and revokes it.
+    pub(super) async fn give_back(&self, token: &str, lease: i64, what: &str) {
+        self.unpend_lease(token, lease);
+        self.forget_lease(lease, what).await;
+    }
+
+    fn unpend_lease(&self, token: &str, lease: i64) {
         let mut held = self.held();
         if let Some(entry) = held.get_mut(token)
             && entry.lease == lease

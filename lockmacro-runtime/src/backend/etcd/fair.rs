@@ -94,22 +94,14 @@ impl EtcdBackend {
                             .with_prefix(),
                     ])
                     .and_then(ops);
-                let response = match self.txn(&what, txn).await {
-                    Ok(response) => response,
-                    Err(err) => {
-                        self.unpend_lease(req.token(), lease);
-                        self.forget_lease(lease, &what).await;
-                        return Err(err);
-                    }
-                };
+                let response = self.attach(&what, txn, req.token(), lease).await?;
                 if response.succeeded() {
                     self.taken(req, lease, secs, &what).await;
                     return Ok(Acquired::Obtained {
                         fence: req.fence_key.map(|_| fence(revision(&response))),
                     });
                 }
-                self.unpend_lease(req.token(), lease);
-                self.forget_lease(lease, &what).await;
+                self.give_back(req.token(), lease, &what).await;
                 continue;
             }
             if !wait.is_zero()

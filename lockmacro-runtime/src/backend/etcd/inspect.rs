@@ -81,18 +81,10 @@ impl EtcdBackend {
     /// What is left of `lease`, in whole seconds as etcd tells it; `None`
     /// for a key without lease or a lease already gone.
     async fn time_to_live(&self, lease: i64, what: &str) -> Result<Option<Duration>, LockError> {
-        if lease == 0 {
-            return Ok(None);
-        }
-        let ttl = self
-            .call(what, |mut client| async move {
-                client
-                    .lease_time_to_live(lease, None)
-                    .await
-                    .map(|left| left.ttl())
-            })
-            .await?;
-        Ok(u64::try_from(ttl).ok().map(Duration::from_secs))
+        let ttl = self.lease_ttl(lease, what).await?;
+        Ok(ttl
+            .and_then(|secs| u64::try_from(secs).ok())
+            .map(Duration::from_secs))
     }
 
     /// The lock keys under `prefix`, in one range read of the names alone:

@@ -46,10 +46,8 @@ use self::config::Credentials;
 use self::members::{error, refused_by_permissions};
 use self::wire::queue_prefix;
 use crate::LockError;
-use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, Inspection,
-    RefreshRequest, ReleaseListener, TOKEN_LEN,
-};
+use crate::backend::shared::{as_any_waiter, batch_of_one, boxed, forward};
+use crate::backend::{Backend, BoxFuture, Capabilities, FairQueue, TOKEN_LEN};
 
 /// Locks on an etcd cluster: keys attached to leases, wake-ups by watch,
 /// fencing tokens from revisions.
@@ -207,11 +205,9 @@ impl EtcdBackend {
     /// let locker = Locker::new(backend).with_namespace("billing");
     /// # Ok(()) }
     /// ```
-    pub async fn connect<I, S>(endpoints: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect(
+        endpoints: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Self::connect_with(endpoints, EtcdConfig::default()).await
     }
 
@@ -229,11 +225,10 @@ impl EtcdBackend {
     /// # let _ = backend;
     /// # Ok(()) }
     /// ```
-    pub async fn connect_with<I, S>(endpoints: I, config: EtcdConfig) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect_with(
+        endpoints: impl IntoIterator<Item = impl AsRef<str>>,
+        config: EtcdConfig,
+    ) -> Result<Self, LockError> {
         #[cfg(feature = "tls-rustls")]
         let tls = config.tls.is_set();
         #[cfg(not(feature = "tls-rustls"))]
@@ -318,42 +313,19 @@ impl EtcdBackend {
 }
 
 impl Backend for EtcdBackend {
+    forward!(boxed: acquire => obtain);
+    forward!(batch_of_one: refresh => refresh_all);
+    forward!(boxed:
+        /// One read of every key (128 per transaction), then the keep-alives,
+        /// all in flight at once on the member's connection.
+        refresh_many => refresh_all,
+        listen => watch_releases,
+    );
+    forward!(boxed: inspect => inspect_key, keys => list_keys);
+    forward!(boxed: force_release => force_release_key, downgrade => downgrade_write);
+
     fn name(&self) -> &'static str {
         "etcd"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        req: AcquireRequest<'a>,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        Box::pin(async move {
-            match (req.share, req.queue_for) {
-                (Some(share), _) => self.acquire_shared(&req, share).await,
-                (None, Some(wait)) => self.acquire_fair(&req, wait).await,
-                (None, None) => self.acquire_plain(&req).await,
-            }
-        })
-    }
-
-    fn refresh<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let requests = [RefreshRequest::new(keys, token, ttl)];
-            self.refresh_all(&requests).await.pop().unwrap_or(Ok(false))
-        })
-    }
-
-    /// One read of every key (128 per transaction), then the keep-alives,
-    /// all in flight at once on the member's connection.
-    fn refresh_many<'a>(
-        &'a self,
-        requests: &'a [RefreshRequest<'a>],
-    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
-        Box::pin(self.refresh_all(requests))
     }
 
     fn release<'a>(
@@ -413,63 +385,23 @@ impl Backend for EtcdBackend {
             let Some(held) = Self::common_lease(&found, token) else {
                 return Ok(None);
             };
-            let ttl = self
-                .call(&what, |mut client| async move {
-                    client
-                        .lease_time_to_live(held.lease, None)
-                        .await
-                        .map(|left| left.ttl())
-                })
-                .await?;
-            Ok(u64::try_from(ttl)
-                .ok()
+            let ttl = self.lease_ttl(held.lease, &what).await?;
+            Ok(ttl
+                .and_then(|secs| u64::try_from(secs).ok())
                 .filter(|secs| *secs > 0)
                 .map(Duration::from_secs))
         })
     }
 
-    fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
-        Box::pin(self.watch_releases(key))
-    }
-
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none().with_fair_queue(self).with_shares()
-    }
-
-    fn inspect<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
-        Box::pin(self.inspect_key(key, fence_key))
-    }
-
-    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
-        Box::pin(self.list_keys(prefix))
-    }
-
-    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(self.force_release_key(key))
-    }
-
-    fn downgrade<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(self.downgrade_write(key, token))
     }
 }
 
 impl FairQueue for EtcdBackend {
-    fn listen_granted<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ReleaseListener> {
-        let _ = token;
-        // No hand-off message: the waiter first in line hears the release
-        // (or the departure of a waiter ahead) and takes the key itself.
-        Box::pin(self.watch_releases(key))
-    }
+    forward!(as_any_waiter:
+        /// No hand-off message: the waiter first in line hears the release
+        /// (or the departure of a waiter ahead) and takes the key itself.
+        listen_granted,
+    );
 }

@@ -145,14 +145,14 @@ impl EtcdBackend {
             if let Some(fence_key) = req.fence_key {
                 ops.push(TxnOp::put(fence_key, req.token(), None));
             }
-            let response = match self.txn(&what, Txn::new().when(when).and_then(ops)).await {
-                Ok(response) => response,
-                Err(err) => {
-                    self.unpend_lease(req.token(), lease);
-                    self.forget_lease(lease, &what).await;
-                    return Err(err);
-                }
-            };
+            let response = self
+                .attach(
+                    &what,
+                    Txn::new().when(when).and_then(ops),
+                    req.token(),
+                    lease,
+                )
+                .await?;
             if response.succeeded() {
                 self.taken(req, lease, secs, &what).await;
                 if let Some(marked) = found.shares.iter().find(|kv| kv.key() == mark.as_bytes()) {
@@ -162,8 +162,7 @@ impl EtcdBackend {
                     fence: req.fence_key.map(|_| fence(revision(&response))),
                 });
             }
-            self.unpend_lease(req.token(), lease);
-            self.forget_lease(lease, &what).await;
+            self.give_back(req.token(), lease, &what).await;
         }
         Ok(Acquired::Busy {
             index: 0,

@@ -9,7 +9,7 @@ use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject;
 
 use crate::LockError;
-use crate::backend::pem::certificates_problem;
+use crate::backend::pem::{ClientCertificate, certificates_problem, client_certificate};
 use crate::backend::redis::install_crypto_provider;
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -124,7 +124,6 @@ impl TlsSettings {
 /// that failed (rustls's own error, wrapped by the transport), or a member
 /// that does not speak TLS.
 pub(super) fn tls_failure(err: &etcd_client::Error) -> Option<(String, &'static str)> {
-    use rustls::AlertDescription as Alert;
     // The transport's errors reach the caller inside a status or as they are.
     let mut cause: Option<&(dyn std::error::Error + 'static)> = match err {
         etcd_client::Error::GRpcStatus(status) => Some(status),
@@ -152,17 +151,10 @@ pub(super) fn tls_failure(err: &etcd_client::Error) -> Option<(String, &'static 
             return Some((text, hint));
         }
         if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
-            let hint = match tls {
-                rustls::Error::AlertReceived(Alert::CertificateRequired) => CLIENT_CERTIFICATE_HINT,
-                rustls::Error::AlertReceived(
-                    Alert::BadCertificate
-                    | Alert::UnknownCA
-                    | Alert::CertificateUnknown
-                    | Alert::UnsupportedCertificate
-                    | Alert::CertificateExpired
-                    | Alert::CertificateRevoked,
-                ) => REFUSED_CLIENT_HINT,
-                _ => SERVER_CERTIFICATE_HINT,
+            let hint = match client_certificate(tls) {
+                ClientCertificate::Required => CLIENT_CERTIFICATE_HINT,
+                ClientCertificate::Refused => REFUSED_CLIENT_HINT,
+                ClientCertificate::NotInQuestion => SERVER_CERTIFICATE_HINT,
             };
             return Some((tls.to_string(), hint));
         }

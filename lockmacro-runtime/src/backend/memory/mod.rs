@@ -11,9 +11,10 @@ use tokio::time::Instant;
 
 use self::state::{Held, State};
 use crate::LockError;
+use crate::backend::shared::forward;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, Inspection,
-    RefreshRequest, ReleaseListener,
+    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, RefreshRequest,
+    ReleaseListener,
 };
 
 /// Locks held in this process's memory, with the same semantics as Redis:
@@ -96,7 +97,17 @@ fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
     Box::pin(std::future::ready(value))
 }
 
+/// For [`forward!`]: the call is one step on the state, at the time of the
+/// call, and cannot fail.
+macro_rules! on_state {
+    ($self:ident, $verb:literal, $subject:expr, $method:ident($($arg:ident),*)) => {
+        ready(Ok($self.state().$method($($arg,)* Instant::now())))
+    };
+}
+
 impl Backend for MemoryBackend {
+    forward!(on_state: refresh, inspect, keys, force_release, downgrade);
+
     fn name(&self) -> &'static str {
         "memory"
     }
@@ -111,15 +122,6 @@ impl Backend for MemoryBackend {
             (None, Some(wait)) => ready(state.acquire_fair(&req, wait)),
             (None, None) => ready(state.acquire(&req)),
         }
-    }
-
-    fn refresh<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        ready(Ok(self.state().refresh(keys, token, ttl, Instant::now())))
     }
 
     fn refresh_many<'a>(
@@ -196,30 +198,6 @@ impl Backend for MemoryBackend {
 
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none().with_fair_queue(self).with_shares()
-    }
-
-    fn inspect<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
-        ready(Ok(self.state().inspect(key, fence_key, Instant::now())))
-    }
-
-    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
-        ready(Ok(self.state().keys(prefix, Instant::now())))
-    }
-
-    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        ready(Ok(self.state().force_release(key, Instant::now())))
-    }
-
-    fn downgrade<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        ready(Ok(self.state().downgrade(key, token, Instant::now())))
     }
 }
 

@@ -92,12 +92,7 @@ impl PostgresBackend {
     pub(super) async fn force_release_key(&self, key: &str) -> Result<bool, LockError> {
         let what = format!("force the release of `{key}`");
         let sql = format!("SELECT lockmacro_force_release({})", text(key));
-        let rows = self.rows(&what, sql).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| self.unexpected(&what, "no row"))?;
-        row.try_get::<bool, _>(0)
-            .map_err(|err| self.unexpected(&what, err))
+        self.answer(&what, sql).await
     }
 }
 

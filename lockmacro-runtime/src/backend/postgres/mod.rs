@@ -49,18 +49,14 @@ pub use self::config::PostgresConfig;
 pub use self::schema::POSTGRES_MIGRATION;
 pub(crate) use self::transaction::acquire_in;
 
-use std::time::Duration;
-
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use self::errors::{backend_error, timed_out, unexpected};
 use self::listen::Releases;
 use crate::LockError;
-use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, Inspection, RefreshRequest,
-    ReleaseListener,
-};
+use crate::backend::shared::{batch_of_one, boxed, forward};
+use crate::backend::{AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, ReleaseListener};
 
 /// The longest lock or fence key the backend stores, in bytes; longer ones
 /// are refused before anything is sent (the table's `CHECK` says the same).
@@ -307,6 +303,17 @@ impl PostgresBackend {
         }
     }
 
+    /// Runs `sql`, a call of one of the migration's functions that answers
+    /// whether it changed anything, and returns that answer.
+    async fn answer(&self, what: &str, sql: String) -> Result<bool, LockError> {
+        let rows = self.rows(what, sql).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.unexpected(what, "no row"))?;
+        row.try_get::<bool, _>(0)
+            .map_err(|err| self.unexpected(what, err))
+    }
+
     fn error(&self, what: &str, err: sqlx::Error) -> LockError {
         backend_error(&self.server, what, err).into()
     }
@@ -348,6 +355,16 @@ fn pool_options(config: &PostgresConfig, max_connections: u32) -> PgPoolOptions 
 }
 
 impl Backend for PostgresBackend {
+    forward!(batch_of_one: refresh => refresh_all);
+    forward!(boxed:
+        /// One statement for every lease: the keys, tokens and ttls as
+        /// arrays, `unnest`ed on the server.
+        refresh_many => refresh_all,
+    );
+    forward!(boxed: release => release_keys, remaining => remaining_of);
+    forward!(boxed: inspect => inspect_key, keys => list_keys);
+    forward!(boxed: force_release => force_release_key, downgrade => downgrade_write);
+
     fn name(&self) -> &'static str {
         "postgres"
     }
@@ -357,43 +374,6 @@ impl Backend for PostgresBackend {
         req: AcquireRequest<'a>,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(async move { self.acquire_keys(&req).await })
-    }
-
-    fn refresh<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let requests = [RefreshRequest::new(keys, token, ttl)];
-            self.refresh_all(&requests).await.pop().unwrap_or(Ok(false))
-        })
-    }
-
-    /// One statement for every lease: the keys, tokens and ttls as arrays,
-    /// `unnest`ed on the server.
-    fn refresh_many<'a>(
-        &'a self,
-        requests: &'a [RefreshRequest<'a>],
-    ) -> BoxFuture<'a, Vec<Result<bool, LockError>>> {
-        Box::pin(self.refresh_all(requests))
-    }
-
-    fn release<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(self.release_keys(keys, token))
-    }
-
-    fn remaining<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
-        Box::pin(self.remaining_of(keys, token))
     }
 
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
@@ -426,29 +406,5 @@ impl Backend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none().with_fair_queue(self).with_shares()
-    }
-
-    fn inspect<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
-        Box::pin(self.inspect_key(key, fence_key))
-    }
-
-    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
-        Box::pin(self.list_keys(prefix))
-    }
-
-    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(self.force_release_key(key))
-    }
-
-    fn downgrade<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(self.downgrade_write(key, token))
     }
 }

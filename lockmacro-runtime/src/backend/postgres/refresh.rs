@@ -121,12 +121,7 @@ impl PostgresBackend {
             texts(keys.iter().map(String::as_str)),
             text(token),
         );
-        let rows = self.rows(&what, sql).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| self.unexpected(&what, "no row"))?;
-        row.try_get::<bool, _>(0)
-            .map_err(|err| self.unexpected(&what, err))
+        self.answer(&what, sql).await
     }
 }
 

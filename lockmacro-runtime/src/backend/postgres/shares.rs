@@ -4,8 +4,6 @@
 //! Refresh, release and what is left of a share go through the same
 //! statements as a lock's (`refresh.rs`), by key and token.
 
-use sqlx::Row;
-
 use super::acquire::acquired;
 use super::sql::{millis, text, text_or_null};
 use super::{PostgresBackend, kinds};
@@ -52,11 +50,6 @@ impl PostgresBackend {
         }
         let what = format!("downgrade `{key}`");
         let sql = format!("SELECT lockmacro_downgrade({}, {})", text(key), text(token));
-        let rows = self.rows(&what, sql).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| self.unexpected(&what, "no row"))?;
-        row.try_get::<bool, _>(0)
-            .map_err(|err| self.unexpected(&what, err))
+        self.answer(&what, sql).await
     }
 }

@@ -9,7 +9,7 @@ use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject;
 
 use crate::LockError;
-use crate::backend::pem::certificates_problem;
+use crate::backend::pem::{ClientCertificate, certificates_problem, client_certificate};
 use crate::error::{BackendError, BackendErrorKind};
 
 /// PEM text of the certificates to trust; shown by its size only.
@@ -112,7 +112,6 @@ pub(super) fn certificates(
 /// through `std::io::Error`, whose `source` skips the error it wraps), and
 /// what to check.
 pub(super) fn tls_failure(err: &RedisError) -> Option<(String, &'static str)> {
-    use rustls::AlertDescription as Alert;
     let inner = std::error::Error::source(err)?
         .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()?;
     let inner: &(dyn std::error::Error + 'static) = &**inner;
@@ -120,19 +119,15 @@ pub(super) fn tls_failure(err: &RedisError) -> Option<(String, &'static str)> {
         Some(io) => io.get_ref()?,
         None => inner,
     };
-    let hint = match inner.downcast_ref::<rustls::Error>() {
-        Some(rustls::Error::AlertReceived(Alert::CertificateRequired)) => {
+    let hint = match inner
+        .downcast_ref::<rustls::Error>()
+        .map(client_certificate)
+    {
+        Some(ClientCertificate::Required) => {
             "the server checks clients (`tls-auth-clients`): give a client certificate with \
              `RedisConfig::tls_client_certificate`"
         }
-        Some(rustls::Error::AlertReceived(
-            Alert::BadCertificate
-            | Alert::UnknownCA
-            | Alert::CertificateUnknown
-            | Alert::UnsupportedCertificate
-            | Alert::CertificateExpired
-            | Alert::CertificateRevoked,
-        )) => {
+        Some(ClientCertificate::Refused) => {
             "the server refused the client certificate: is it signed by a CA in the \
              server's `tls-ca-cert-file`, and still valid? see \
              `RedisConfig::tls_client_certificate`"

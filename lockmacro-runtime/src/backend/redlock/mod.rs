@@ -12,7 +12,8 @@ use tokio::time::Instant;
 
 use self::fanout::{Answer, Tally, Votes};
 use crate::backend::redis::{Lua, RedisBackend, redact};
-use crate::backend::{AcquireRequest, Acquired, Backend, BoxFuture, Inspection, RefreshRequest};
+use crate::backend::shared::{boxed, forward};
+use crate::backend::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
@@ -141,28 +142,24 @@ impl std::fmt::Debug for RedlockBackend {
 }
 
 impl RedlockBackend {
-    /// Connects to the masters at `urls` (`redis://[user:password@]host:port/[db]`,
     /// `rediss://` for TLS) with the default [`RedisConfig`].
     ///
     /// Fails with [`LockError::InvalidUrl`] when a URL cannot be parsed, none
     /// is given, or two name the same server (it would be counted twice
     /// towards the majority), and with [`LockError::Backend`] when fewer than
     /// a majority can be reached.
-    pub async fn connect<I, S>(urls: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect(
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Self::connect_with(urls, RedisConfig::default()).await
     }
 
     /// Connects to the masters at `urls` with `config`, which applies to each
     /// master.
-    pub async fn connect_with<I, S>(urls: I, config: RedisConfig) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect_with(
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+        config: RedisConfig,
+    ) -> Result<Self, LockError> {
         let mut masters: Vec<Master> = Vec::new();
         for url in urls {
             let url = url.as_ref();
@@ -232,6 +229,109 @@ impl RedlockBackend {
 }
 
 impl RedlockBackend {
+    /// One attempt on every master at once, decided by a majority: the
+    /// keys, and the fence above every master's, or none of it.
+    async fn obtain(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
+        let sent = Instant::now();
+        let timeout = self.node_timeout(req.ttl);
+        let keys: Arc<[String]> = req.keys.into();
+        let value: Arc<str> = req.value.into();
+        let fence_key: Option<Arc<str>> = req.fence_key.map(Into::into);
+        let (ttl, wait) = (req.ttl, req.wait);
+        let mut set = {
+            let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
+            self.fan_out(self.masters(), timeout, "obtain", move |backend| {
+                let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
+                async move {
+                    let req = AcquireRequest {
+                        keys: &keys,
+                        value: &value,
+                        ttl,
+                        fence_key: fence_key.as_deref(),
+                        queue_for: None,
+                        replicas: 0,
+                        replica_timeout: Duration::ZERO,
+                        // A first attempt is a plain one on each
+                        // master, as cheap as on one server.
+                        wait,
+                        attempt: 0,
+                        share: None,
+                    };
+                    Ok(match backend.acquire(req).await? {
+                        Acquired::Obtained { fence } => Answer::Yes(fence),
+                        Acquired::Busy {
+                            index,
+                            remaining,
+                            holder,
+                        } => Answer::No((index, remaining, holder)),
+                    })
+                }
+            })
+        };
+        let tally = self.tally(&mut set).await;
+        // The masters that have not answered are not waited for. A request
+        // already sent still lands, and a release (or the undo below)
+        // follows it on the same connection. One still waiting for a
+        // connection is cancelled: sent later, when its master comes
+        // back, it would grant a lock that may be released by then.
+        drop(set);
+        let mut outcome = self.verdict("obtain", &tally);
+        let mut fence = None;
+        if let (Ok(true), Some(fence_key)) = (&outcome, &fence_key) {
+            let token = tally
+                .yes
+                .iter()
+                .filter_map(|&(_, fence)| fence)
+                .max()
+                .unwrap_or(0);
+            let granted = tally.yes.iter().map(|&(index, _)| index).collect();
+            outcome = self
+                .raise_fence(granted, keys.to_vec(), fence_key, &value, token, timeout)
+                .await;
+            fence = Some(token);
+        }
+        let valid = sent.elapsed() + self.drift(ttl) < ttl;
+        match outcome {
+            Ok(true) if valid => return Ok(Acquired::Obtained { fence }),
+            Ok(true) => tracing::debug!(
+                target: "lockmacro",
+                elapsed = ?sent.elapsed(),
+                ?ttl,
+                "a majority granted the lock after its validity ran out"
+            ),
+            _ => {}
+        }
+        self.undo(&keys, req.token(), timeout).await;
+        // A fence key refused by a master is refused as such, not as a
+        // lack of quorum: asking again cannot help.
+        if outcome.is_err()
+            && let Some(refused) = tally
+                .failed
+                .iter()
+                .find(|err| matches!(err, LockError::InvalidKey { .. }))
+        {
+            let LockError::InvalidKey { key, reason } = refused else {
+                unreachable!("matched above")
+            };
+            return Err(LockError::InvalidKey {
+                key: key.clone(),
+                reason: reason.clone(),
+            });
+        }
+        outcome?;
+        let (index, remaining, holder) = tally
+            .no
+            .into_iter()
+            .map(|(_, busy)| busy)
+            .min_by_key(|(_, remaining, _)| remaining.unwrap_or(Duration::MAX))
+            .unwrap_or((0, None, None));
+        Ok(Acquired::Busy {
+            index,
+            remaining,
+            holder,
+        })
+    }
+
     /// Deletes the lock on every master and waits for each (within the
     /// timeout): the next attempt reuses the token, and must not be
     /// overtaken by this cleanup on any master.
@@ -296,114 +396,10 @@ fn release_op(
 }
 
 impl Backend for RedlockBackend {
+    forward!(boxed: acquire => obtain, inspect => inspect_all, keys => keys_all, force_release => force_release_all);
+
     fn name(&self) -> &'static str {
         "redlock"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        req: AcquireRequest<'a>,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        Box::pin(async move {
-            let sent = Instant::now();
-            let timeout = self.node_timeout(req.ttl);
-            let keys: Arc<[String]> = req.keys.into();
-            let value: Arc<str> = req.value.into();
-            let fence_key: Option<Arc<str>> = req.fence_key.map(Into::into);
-            let (ttl, wait) = (req.ttl, req.wait);
-            let mut set = {
-                let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
-                self.fan_out(self.masters(), timeout, "obtain", move |backend| {
-                    let (keys, value, fence_key) = (keys.clone(), value.clone(), fence_key.clone());
-                    async move {
-                        let req = AcquireRequest {
-                            keys: &keys,
-                            value: &value,
-                            ttl,
-                            fence_key: fence_key.as_deref(),
-                            queue_for: None,
-                            replicas: 0,
-                            replica_timeout: Duration::ZERO,
-                            // A first attempt is a plain one on each
-                            // master, as cheap as on one server.
-                            wait,
-                            attempt: 0,
-                            share: None,
-                        };
-                        Ok(match backend.acquire(req).await? {
-                            Acquired::Obtained { fence } => Answer::Yes(fence),
-                            Acquired::Busy {
-                                index,
-                                remaining,
-                                holder,
-                            } => Answer::No((index, remaining, holder)),
-                        })
-                    }
-                })
-            };
-            let tally = self.tally(&mut set).await;
-            // The masters that have not answered are not waited for. A request
-            // already sent still lands, and a release (or the undo below)
-            // follows it on the same connection. One still waiting for a
-            // connection is cancelled: sent later, when its master comes
-            // back, it would grant a lock that may be released by then.
-            drop(set);
-            let mut outcome = self.verdict("obtain", &tally);
-            let mut fence = None;
-            if let (Ok(true), Some(fence_key)) = (&outcome, &fence_key) {
-                let token = tally
-                    .yes
-                    .iter()
-                    .filter_map(|&(_, fence)| fence)
-                    .max()
-                    .unwrap_or(0);
-                let granted = tally.yes.iter().map(|&(index, _)| index).collect();
-                outcome = self
-                    .raise_fence(granted, keys.to_vec(), fence_key, &value, token, timeout)
-                    .await;
-                fence = Some(token);
-            }
-            let valid = sent.elapsed() + self.drift(ttl) < ttl;
-            match outcome {
-                Ok(true) if valid => return Ok(Acquired::Obtained { fence }),
-                Ok(true) => tracing::debug!(
-                    target: "lockmacro",
-                    elapsed = ?sent.elapsed(),
-                    ?ttl,
-                    "a majority granted the lock after its validity ran out"
-                ),
-                _ => {}
-            }
-            self.undo(&keys, req.token(), timeout).await;
-            // A fence key refused by a master is refused as such, not as a
-            // lack of quorum: asking again cannot help.
-            if outcome.is_err()
-                && let Some(refused) = tally
-                    .failed
-                    .iter()
-                    .find(|err| matches!(err, LockError::InvalidKey { .. }))
-            {
-                let LockError::InvalidKey { key, reason } = refused else {
-                    unreachable!("matched above")
-                };
-                return Err(LockError::InvalidKey {
-                    key: key.clone(),
-                    reason: reason.clone(),
-                });
-            }
-            outcome?;
-            let (index, remaining, holder) = tally
-                .no
-                .into_iter()
-                .map(|(_, busy)| busy)
-                .min_by_key(|(_, remaining, _)| remaining.unwrap_or(Duration::MAX))
-                .unwrap_or((0, None, None));
-            Ok(Acquired::Busy {
-                index,
-                remaining,
-                holder,
-            })
-        })
     }
 
     fn refresh<'a>(
@@ -568,21 +564,5 @@ impl Backend for RedlockBackend {
             left.sort_unstable_by(|a, b| b.cmp(a));
             Ok(left.get(self.inner.quorum - 1).copied())
         })
-    }
-
-    fn inspect<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
-        Box::pin(self.inspect_all(key, fence_key))
-    }
-
-    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
-        Box::pin(self.keys_all(prefix))
-    }
-
-    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(self.force_release_all(key))
     }
 }

@@ -17,11 +17,18 @@ local n = tonumber(ARGV[3])
 local value = ARGV[1]
 local counter = KEYS[n + 1]
 
-if counter then
-  local refused = fence_error(counter, KEYS, n)
-  if refused then
-    return refused
+local refused = counter and fence_error(counter, KEYS, n)
+if refused then
+  return refused
+end
+
+-- The reply of keys taken: their fence, from `fence_of` (next_fence, or
+-- held_fence for keys already ours), when a counter was given, else 0.
+local function taken(fence_of)
+  if counter then
+    return {1, fence_of(counter, ARGV[4])}
   end
+  return {1, 0}
 end
 
 local function busy(i)
@@ -57,10 +64,7 @@ if n == 1 then
       return busy(1)
     else
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
-      if counter then
-        return {1, held_fence(counter, ARGV[4])}
-      end
-      return {1, 0}
+      return taken(held_fence)
     end
   end
 else
@@ -85,14 +89,8 @@ else
     redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
   end
   if retried then
-    if counter then
-      return {1, held_fence(counter, ARGV[4])}
-    end
-    return {1, 0}
+    return taken(held_fence)
   end
 end
 
-if counter then
-  return {1, next_fence(counter, ARGV[4])}
-end
-return {1, 0}
+return taken(next_fence)

@@ -29,11 +29,9 @@ local key, value, queue = KEYS[1], ARGV[1], ARGV[4]
 local counter = KEYS[2]
 local token = string.sub(value, 1, 32)
 
-if counter then
-  local refused = fence_error(counter, KEYS, 1)
-  if refused then
-    return refused
-  end
+local refused = counter and fence_error(counter, KEYS, 1)
+if refused then
+  return refused
 end
 
 local current = redis.pcall('GET', key)

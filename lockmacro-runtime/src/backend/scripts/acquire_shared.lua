@@ -40,11 +40,9 @@ if kind == 'read' or kind == 'write' then
   asked = 'rw'
 end
 
-if counter then
-  local refused = fence_error(counter, KEYS, 1)
-  if refused then
-    return refused
-  end
+local refused = counter and fence_error(counter, KEYS, 1)
+if refused then
+  return refused
 end
 
 local now = clock_now()

@@ -6,7 +6,6 @@ mod lookup;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use redis::ConnectionAddr;
 use tokio::time::Instant;
@@ -15,9 +14,9 @@ use self::follow::{Following, failing_over};
 use self::lookup::{Lookup, parse_master};
 use crate::backend::redis::retry;
 use crate::backend::redis::{enable_tls, open_client};
+use crate::backend::shared::forward;
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, FairQueue, Inspection,
-    RedisBackend, RefreshRequest, ReleaseListener,
+    Backend, BoxFuture, Capabilities, FairQueue, RedisBackend, RefreshRequest, ReleaseListener,
 };
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
@@ -178,11 +177,10 @@ impl SentinelBackend {
     /// Connects to the master named `master` by the `sentinels` (URLs), with
     /// the default [`RedisConfig`]. See the type's documentation for the
     /// forms of `master`.
-    pub async fn connect<I, S>(master: &str, sentinels: I) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub async fn connect(
+        master: &str,
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, LockError> {
         Self::connect_with(master, sentinels, RedisConfig::default()).await
     }
 
@@ -190,15 +188,11 @@ impl SentinelBackend {
     /// `config`. Fails with [`LockError::InvalidUrl`] for a URL that cannot
     /// be parsed, and with [`LockError::Backend`] when no sentinel names a
     /// master that answers as one, with each sentinel's answer.
-    pub async fn connect_with<I, S>(
+    pub async fn connect_with(
         master: &str,
-        sentinels: I,
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
         config: RedisConfig,
-    ) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    ) -> Result<Self, LockError> {
         let urls: Vec<String> = sentinels
             .into_iter()
             .map(|url| url.as_ref().to_owned())
@@ -323,31 +317,22 @@ impl SentinelBackend {
     }
 }
 
+/// For [`forward!`]: the call made on the current master, and made again
+/// on the new one after a failover (see [`SentinelBackend::follow`]).
+macro_rules! on_master {
+    ($self:ident, $verb:literal, $subject:expr, $method:ident($($arg:ident),*)) => {
+        $self.follow(format!("{} `{}`", $verb, $subject), move |backend| async move {
+            backend.$method($($arg),*).await
+        })
+    };
+}
+
 impl Backend for SentinelBackend {
+    forward!(on_master: acquire, refresh, release, remaining, inspect, keys, force_release);
+    forward!(on_master: downgrade);
+
     fn name(&self) -> &'static str {
         "sentinel"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        req: AcquireRequest<'a>,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        self.follow(
-            format!("obtain `{}`", req.keys.join("`, `")),
-            move |backend| async move { backend.acquire(req).await },
-        )
-    }
-
-    fn refresh<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.follow(
-            format!("refresh `{}`", keys.join("`, `")),
-            move |backend| async move { backend.refresh(keys, token, ttl).await },
-        )
     }
 
     fn refresh_many<'a>(
@@ -396,28 +381,6 @@ impl Backend for SentinelBackend {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.follow(
-            format!("release `{}`", keys.join("`, `")),
-            move |backend| async move { backend.release(keys, token).await },
-        )
-    }
-
-    fn remaining<'a>(
-        &'a self,
-        keys: &'a [String],
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
-        self.follow(
-            format!("ttl `{}`", keys.join("`, `")),
-            move |backend| async move { backend.remaining(keys, token).await },
-        )
-    }
-
     fn listen<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseListener> {
         Box::pin(self.listen_with(move |backend| async move { backend.listen(key).await }))
     }
@@ -427,39 +390,6 @@ impl Backend for SentinelBackend {
             .with_fair_queue(self)
             .with_shares()
             .with_replicas()
-    }
-
-    fn inspect<'a>(
-        &'a self,
-        key: &'a str,
-        fence: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection, LockError>> {
-        self.follow(format!("inspect `{key}`"), move |backend| async move {
-            backend.inspect(key, fence).await
-        })
-    }
-
-    fn keys<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
-        self.follow(format!("list `{prefix}*`"), move |backend| async move {
-            backend.keys(prefix).await
-        })
-    }
-
-    fn force_release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.follow(
-            format!("force-release `{key}`"),
-            move |backend| async move { backend.force_release(key).await },
-        )
-    }
-
-    fn downgrade<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.follow(format!("downgrade `{key}`"), move |backend| async move {
-            backend.downgrade(key, token).await
-        })
     }
 }
 
@@ -480,14 +410,5 @@ impl FairQueue for SentinelBackend {
         self.inner.current().backend.listening(key)
     }
 
-    fn confirm<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.follow(format!("confirm `{key}`"), move |backend| async move {
-            backend.confirm(key, token, ttl).await
-        })
-    }
+    forward!(on_master: confirm);
 }
