@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, distributed_lock};
 use redis::Script;
 use redis::aio::MultiplexedConnection;
+use rslock::LockManager;
 
 use crate::floor::{self, CAD, TTL};
 use crate::place::View;
@@ -26,6 +27,8 @@ async fn attribute(locker: &Locker, key: &str) -> Result<(), LockError> {
 enum Variant {
     /// `SET NX PX` + compare-and-delete on the single server.
     Floor,
+    /// rslock's `lock` + `unlock` on the single server.
+    Rslock,
     /// `Locker::obtain` + `Lock::release` on the single server.
     Runtime,
     /// `#[distributed_lock]` on the single server.
@@ -36,6 +39,8 @@ enum Variant {
     Read,
     /// The floor on each of the three Redlock masters at once.
     FloorRedlock,
+    /// rslock's `lock` + `unlock` on the three Redlock masters.
+    RslockRedlock,
     /// `Locker::obtain` + `Lock::release` on Redlock, three masters.
     Redlock,
     /// `Locker::obtain` + `Lock::release` on a 3-master cluster.
@@ -52,11 +57,13 @@ impl Variant {
     fn name(self) -> &'static str {
         match self {
             Variant::Floor => "floor (SET NX PX + CAD)",
+            Variant::Rslock => "rslock lock+unlock",
             Variant::Runtime => "runtime obtain+release",
             Variant::Attribute => "attribute",
             Variant::Permit => "runtime, 1 of 5 permits",
             Variant::Read => "runtime, read of a rw lock",
             Variant::FloorRedlock => "floor on 3 masters at once",
+            Variant::RslockRedlock => "rslock, Redlock (3)",
             Variant::Redlock => "runtime, Redlock (3)",
             Variant::Cluster => "runtime, cluster (3)",
             #[cfg(feature = "etcd")]
@@ -75,6 +82,9 @@ struct Clients {
     script: Script,
     single: Locker,
     masters: Vec<MultiplexedConnection>,
+    /// rslock on the single server, and on the masters when there are any.
+    rslock: LockManager,
+    rslock_redlock: Option<LockManager>,
     redlock: Option<Locker>,
     cluster: Option<Locker>,
     single_pid: u32,
@@ -92,10 +102,14 @@ impl Clients {
         for master in &servers.masters {
             masters.push(floor::connect(&master.url()).await?);
         }
-        let redlock = if servers.masters.is_empty() {
-            None
+        let master_urls: Vec<String> = servers.masters.iter().map(|m| m.url()).collect();
+        let (redlock, rslock_redlock) = if master_urls.is_empty() {
+            (None, None)
         } else {
-            Some(Locker::redlock(servers.masters.iter().map(|m| m.url())).await?)
+            (
+                Some(Locker::redlock(master_urls.iter()).await?),
+                Some(LockManager::new(master_urls)),
+            )
         };
         let cluster = match &servers.cluster {
             Some(cluster) => Some(Locker::cluster(cluster.seeds()).await?),
@@ -106,6 +120,8 @@ impl Clients {
             script: Script::new(CAD),
             single: Locker::connect(&url).await?,
             masters,
+            rslock: LockManager::new(vec![url]),
+            rslock_redlock,
             redlock,
             cluster,
             single_pid: servers.single.pid(),
@@ -138,13 +154,16 @@ impl Cycles for Clients {
     fn pids(&self, variant: Variant) -> Vec<u32> {
         match variant {
             Variant::Floor
+            | Variant::Rslock
             | Variant::Runtime
             | Variant::Attribute
             | Variant::Permit
             | Variant::Read => {
                 vec![self.single_pid]
             }
-            Variant::FloorRedlock | Variant::Redlock => self.master_pids.clone(),
+            Variant::FloorRedlock | Variant::RslockRedlock | Variant::Redlock => {
+                self.master_pids.clone()
+            }
             Variant::Cluster => self.cluster_pids.clone(),
             #[cfg(feature = "etcd")]
             Variant::Etcd1 => self.etcd[0].1.clone(),
@@ -169,6 +188,17 @@ impl Cycles for Clients {
                     let token = floor::token();
                     assert!(floor::acquire(&mut conn, key, &token).await);
                     floor::release(&mut conn, &self.script, key, &token).await;
+                }
+                Variant::Rslock | Variant::RslockRedlock => {
+                    let manager = if variant == Variant::Rslock {
+                        &self.rslock
+                    } else {
+                        self.rslock_redlock
+                            .as_ref()
+                            .expect("its servers were started")
+                    };
+                    let lock = manager.lock(key, TTL).await?;
+                    manager.unlock(&lock).await;
                 }
                 Variant::Runtime => {
                     let lock = self.single.obtain(key, TTL, ObtainOptions::default());
@@ -229,13 +259,18 @@ pub async fn s1(args: &Args, servers: &Servers, view: View) -> Result<(), BoxErr
     let clients = Clients::connect(servers).await?;
     let mut variants = vec![
         Variant::Floor,
+        Variant::Rslock,
         Variant::Runtime,
         Variant::Attribute,
         Variant::Permit,
         Variant::Read,
     ];
     if !servers.masters.is_empty() {
-        variants.extend([Variant::FloorRedlock, Variant::Redlock]);
+        variants.extend([
+            Variant::FloorRedlock,
+            Variant::RslockRedlock,
+            Variant::Redlock,
+        ]);
     }
     let samples = measure(
         &clients,
@@ -256,7 +291,12 @@ pub async fn s1(args: &Args, servers: &Servers, view: View) -> Result<(), BoxErr
         &variants,
         &samples,
     );
-    let variants = [Variant::Floor, Variant::Runtime, Variant::Attribute];
+    let variants = [
+        Variant::Floor,
+        Variant::Rslock,
+        Variant::Runtime,
+        Variant::Attribute,
+    ];
     let samples = measure(
         &clients,
         &variants,

@@ -69,9 +69,9 @@ where
     F: FnOnce(LockGuard) -> Fut,
     Fut: Future<Output = R>,
 {
-    let options = options.metadata_or(|| default_metadata().to_owned());
+    let options = options.metadata_or(default_metadata);
     let held = match locker {
-        Ok(locker) => locker.hold(keys, options, body).await,
+        Ok(locker) => locker.hold_keys(keys, options, body).await,
         Err(err) => Err(err),
     };
     held.unwrap_or_else(on_failure)

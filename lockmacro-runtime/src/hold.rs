@@ -113,9 +113,9 @@ impl HoldOptions {
     }
 
     /// `metadata()` as the metadata, unless some was given.
-    pub(crate) fn metadata_or(mut self, metadata: impl FnOnce() -> String) -> Self {
+    pub(crate) fn metadata_or(mut self, metadata: impl FnOnce() -> &'static str) -> Self {
         if self.obtain.metadata.is_empty() {
-            self.obtain.metadata = metadata();
+            self.obtain.metadata = std::borrow::Cow::Borrowed(metadata());
         }
         self
     }
@@ -247,22 +247,35 @@ impl Locker {
             .into_iter()
             .map(|key| key.as_ref().to_owned())
             .collect();
+        self.hold_keys(keys, options, body).await
+    }
+
+    /// [`hold`](Locker::hold) of keys already owned: the attribute's, which
+    /// it builds as strings, are not copied again.
+    pub(crate) async fn hold_keys<F, Fut>(
+        &self,
+        keys: Vec<String>,
+        options: HoldOptions,
+        body: F,
+    ) -> Result<Fut::Output, LockError>
+    where
+        F: FnOnce(LockGuard) -> Fut,
+        Fut: Future,
+    {
         if let Some(guard) = crate::reentry::held(self, &keys) {
             crate::reentry::check_upgrade(&guard, options.obtain.share)?;
             tracing::trace!(target: "lockmacro", key = %guard.key(), "re-entered");
             return Ok(body(guard).await);
         }
-        let lock = self.obtain_many(&keys, options.ttl, options.obtain).await?;
+        let lock = self.obtain_keys(keys, options.ttl, options.obtain).await?;
         let guard = lock.keep_alive_every(options.refresh.unwrap_or(options.ttl / 3))?;
-        let key = guard.key().to_owned();
-        let lost = guard.lease().lost_error();
         let body = crate::reentry::scope(&guard, body(guard.share()));
         let outcome = match options.on_lost {
             OnLost::Abort => supervise(&guard, body).await,
             OnLost::Continue => {
                 let outcome = catch_unwind(body).await;
                 if guard.is_lost() {
-                    tracing::warn!(target: "lockmacro", key = %key, "lease was lost while the body ran on (on_lost = \"continue\")");
+                    tracing::warn!(target: "lockmacro", key = %guard.key(), "lease was lost while the body ran on (on_lost = \"continue\")");
                 }
                 Some(outcome)
             }
@@ -270,12 +283,13 @@ impl Locker {
         let Some(outcome) = outcome else {
             // Reported on the local deadline, whatever the server does:
             // dropping the guard releases in the background.
-            let revoked = guard.lease().is_revoked();
+            let failure = if guard.lease().is_revoked() {
+                crate::registry::shut_down(guard.key())
+            } else {
+                guard.lease().lost_error()
+            };
             drop(guard);
-            if revoked {
-                return Err(crate::registry::shut_down(&key));
-            }
-            return Err(lost);
+            return Err(failure);
         };
         finish(guard, options.hold_at_least).await;
         match outcome {

@@ -347,10 +347,21 @@ impl Locker {
         ttl: Duration,
         opts: ObtainOptions,
     ) -> Result<Lock, LockError> {
-        let mut keys: Vec<String> = keys
+        let keys: Vec<String> = keys
             .into_iter()
             .map(|key| key.as_ref().to_owned())
             .collect();
+        self.obtain_keys(keys, ttl, opts).await
+    }
+
+    /// [`obtain_many`](Locker::obtain_many) of keys already owned, as
+    /// `hold` has them.
+    pub(crate) async fn obtain_keys(
+        &self,
+        mut keys: Vec<String>,
+        ttl: Duration,
+        opts: ObtainOptions,
+    ) -> Result<Lock, LockError> {
         keys.sort_unstable();
         keys.dedup();
         let Some(first) = keys.first() else {
@@ -378,7 +389,7 @@ impl Locker {
         if let Some(hold) = opts.max_hold {
             check_duration(first, "max_hold", hold)?;
         }
-        let span = tracing::debug_span!(target: "lockmacro", "obtain", key = %keys.join(","), ?ttl);
+        let span = tracing::debug_span!(target: "lockmacro", "obtain", key = %Joined(&keys), ?ttl);
         self.obtain_sorted(keys, ttl, opts).instrument(span).await
     }
 
@@ -429,5 +440,21 @@ impl Locker {
             lease,
             watchdog: self.shared.watchdog.clone(),
         })
+    }
+}
+
+/// Keys as a span shows them, separated by commas: written out only when
+/// the span is recorded, rather than joined into a string for every obtain.
+struct Joined<'a>(&'a [String]);
+
+impl std::fmt::Display for Joined<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, key) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(key)?;
+        }
+        Ok(())
     }
 }

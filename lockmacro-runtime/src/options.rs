@@ -22,7 +22,8 @@ use crate::backend::Share;
 #[non_exhaustive]
 pub struct ObtainOptions {
     pub(crate) retry: RetryStrategy,
-    pub(crate) metadata: String,
+    /// Borrowed when it is the attribute's default, the same for every call.
+    pub(crate) metadata: std::borrow::Cow<'static, str>,
     pub(crate) fencing: Fencing,
     pub(crate) fair: bool,
     /// While the backend can wake the waiter, wait for a wake-up (or the
@@ -70,7 +71,7 @@ impl ObtainOptions {
     /// Text stored with the lock after its token (who holds it, why).
     /// Read it back with [`Lock::metadata`](crate::Lock::metadata).
     pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
-        self.metadata = metadata.into();
+        self.metadata = std::borrow::Cow::Owned(metadata.into());
         self
     }
 

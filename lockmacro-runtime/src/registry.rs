@@ -53,7 +53,7 @@ pub(crate) struct Registry {
 
 #[derive(Default)]
 struct State {
-    leases: HashMap<u64, Weak<dyn Held>>,
+    leases: HashMap<u64, Weak<dyn Held>, foldhash::fast::RandomState>,
     closed: bool,
 }
 

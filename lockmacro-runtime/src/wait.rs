@@ -490,7 +490,7 @@ impl<'a> Wait<'a> {
             namespaced: (request.wire_keys != request.keys)
                 .then(|| request.wire_keys.clone().into_boxed_slice()),
             token: request.token,
-            metadata: request.opts.metadata.as_str().into(),
+            metadata: request.opts.metadata.as_ref().into(),
             fence,
             share: request.opts.share,
             downgraded: AtomicBool::new(false),

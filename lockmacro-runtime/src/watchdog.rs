@@ -1,7 +1,12 @@
 //! One task per [`Locker`](crate::Locker) keeps every watched lease alive.
 //!
-//! The task runs only while some lease is watched: it exits when the last one
-//! is released or dropped and is started again by the next registration.
+//! The task runs only while some lease is watched: it exits at its first
+//! wake-up after the last one is released or dropped (at the latest when
+//! that lease was to be looked at next), and is started again by the next
+//! registration. A release does not wake it to exit, and a registration
+//! wakes it only when its lease comes before the task's timer: a locker that
+//! takes and releases one lock after another neither starts a task nor
+//! wakes one for each.
 //!
 //! Leases wait in one queue ordered by when the task must look at them next:
 //! their next refresh, or their local deadline if that comes first.
@@ -59,11 +64,14 @@ const NEVER: Tick = Tick::MAX;
 #[derive(Debug)]
 struct State {
     epoch: Instant,
-    leases: HashMap<u64, Watched>,
+    leases: HashMap<u64, Watched, foldhash::fast::RandomState>,
     /// Every watched lease once, by when to look at it next (`Watched::queued`).
     queue: BTreeSet<(Tick, u64)>,
     next_id: u64,
     running: bool,
+    /// When the task's timer wakes it next: a lease queued before then must
+    /// wake it sooner.
+    wakes_at: Tick,
     /// Set by the locker's shutdown: nothing is watched any more.
     stopped: bool,
 }
@@ -83,10 +91,11 @@ impl Default for State {
     fn default() -> Self {
         State {
             epoch: Instant::now(),
-            leases: HashMap::new(),
+            leases: HashMap::default(),
             queue: BTreeSet::new(),
             next_id: 0,
             running: false,
+            wakes_at: NEVER,
             stopped: false,
         }
     }
@@ -161,9 +170,8 @@ impl Watchdog {
             // The shutdown gave the lease back already: nothing to renew.
             return id;
         }
-        // The task sleeps until the first key of the queue: it only needs
-        // waking when this lease comes before that.
-        let sooner = state.queue.first().is_none_or(|&(first, _)| queued < first);
+        // The task only needs waking when this lease comes before its timer.
+        let sooner = queued < state.wakes_at;
         state.leases.insert(
             id,
             Watched {
@@ -185,11 +193,7 @@ impl Watchdog {
 
     /// Stops refreshing the lease `id`.
     pub(crate) fn unwatch(&self, id: u64) {
-        let mut state = self.state();
-        if state.forget(id) && state.leases.is_empty() {
-            // Lets the task exit now instead of at its next wake-up.
-            self.wake.notify_one();
-        }
+        self.state().forget(id);
     }
 
     /// Forgets every lease, for good: the locker is shutting down. The task
@@ -216,6 +220,7 @@ impl Watchdog {
                     state.running = false;
                     return;
                 }
+                state.wakes_at = state.tick(next);
                 next
             };
             tokio::select! {

@@ -109,6 +109,11 @@ pub const SCRIPTS: &[Script] = &[
         &["Plain", "Fair"],
     ),
     script(
+        "release_plain.lua",
+        "96c681743e4d355f14ef3cd86c14e2512ba68892f8c20fb3be38743eeb29c490",
+        &["Plain"],
+    ),
+    script(
         "remaining.lua",
         "11ec6d5089dadc876a2936e4e42478ca62b03266e02d328077292bbad9e55bae",
         &[],

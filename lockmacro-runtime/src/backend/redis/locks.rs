@@ -278,8 +278,15 @@ impl<T: Transport> Protocol<T> {
         if token.len() != TOKEN_LEN {
             return Ok(false);
         }
-        let args = release_args(keys, token, T::COMPANIONS);
-        let done: i64 = self.script("release", keys, &RELEASE, &args).await?;
+        let done: i64 = if let [key] = keys {
+            // One lock, the usual release: its arguments on the stack.
+            let flag = T::COMPANIONS.flag(key);
+            let args = [token, flag.as_str()];
+            self.script("release", keys, &RELEASE, &args).await?
+        } else {
+            let args = release_args(keys, token, T::COMPANIONS);
+            self.script("release", keys, &RELEASE, &args).await?
+        };
         Ok(done == 1)
     }
 

@@ -97,7 +97,9 @@ use crate::LockError;
 /// ```
 #[derive(Clone)]
 pub struct RedisBackend {
-    protocol: Protocol<Server>,
+    /// Shared: Redlock and Sentinel hand a master's backend to every call,
+    /// and a clone should not copy its names and settings.
+    protocol: Arc<Protocol<Server>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -215,7 +217,7 @@ impl RedisBackend {
             acknowledged,
         };
         RedisBackend {
-            protocol: Protocol::new(server, config),
+            protocol: Arc::new(Protocol::new(server, config)),
         }
     }
 

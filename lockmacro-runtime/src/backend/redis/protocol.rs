@@ -208,12 +208,17 @@ pub(in crate::backend) fn release_args(
 /// told apart from another owner in the same round trip, and a refusal
 /// carries the holder's metadata.
 pub(in crate::backend) fn plain_set(req: &AcquireRequest<'_>) -> redis::Cmd {
-    let mut set = redis::cmd("SET");
-    set.arg(&req.keys[0])
+    // Sized up front, the ttl written as a number: growing the buffer
+    // argument by argument reallocated it, and the ttl was a string of its
+    // own, on every obtain.
+    let key = &req.keys[0];
+    let mut set = redis::Cmd::with_capacity(7, key.len() + req.value.len() + 40);
+    set.arg("SET")
+        .arg(key)
         .arg(req.value)
         .arg("NX")
         .arg("PX")
-        .arg(millis(req.ttl))
+        .arg(u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX))
         .arg("GET");
     set
 }

@@ -129,8 +129,10 @@ pub(in crate::backend) const REFRESH_LUA: &str = concat!(
 
 // The release's work for waiters is a function of its own, so that a
 // release nobody waits for does not define what only they need (see
-// `release.lua`).
+// `release.lua`); a release of one lock nobody waits for ends before any
+// function is defined (`release_plain.lua`).
 pub(in crate::backend) const RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/release_plain.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/leases.lua"),
     "local function announce(token, awaited)\n",

@@ -6,8 +6,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use tokio::time::{Instant, Sleep};
 
 use super::{Inner, RedlockBackend};
@@ -129,12 +129,17 @@ impl<Y: Send + 'static, N: Send + 'static> Fanout<Y, N> {
     }
 
     /// Lets the requests still on their way finish, until the deadline, on
-    /// one task for all of them.
+    /// one task for all of them. Those whose answer is in already finish
+    /// here: usually every one, and then no task is started.
     pub(super) fn detach(self) {
         if self.pending.is_empty() || self.expired {
             return;
         }
-        let (inflight, deadline) = (self.inflight, self.deadline);
+        let (mut inflight, deadline) = (self.inflight, self.deadline);
+        while let Some(Some(_)) = inflight.next().now_or_never() {}
+        if inflight.is_empty() {
+            return;
+        }
         tokio::spawn(async move {
             let finish = inflight.for_each(|_| std::future::ready(()));
             tokio::select! {
