@@ -11,7 +11,7 @@ use std::fs::{self, File};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{self, Child, Command, Stdio};
 use std::sync::LazyLock;
 use std::sync::mpsc::{self, Sender};
@@ -55,6 +55,9 @@ pub struct RedisServer {
     /// Set by [`RedisServer::start_sentinel`]: the configuration file a
     /// sentinel starts from (and rewrites).
     sentinel_config: Option<PathBuf>,
+    /// The server's binary: `redis-server`, or `valkey-server` for
+    /// [`RedisServer::start_valkey`].
+    binary: OsString,
 }
 
 /// What a TLS-only server was started with.
@@ -137,6 +140,25 @@ impl RedisServer {
 
     #[track_caller]
     fn start_in(args: &[&str], tls: Option<Box<Tls>>, sentinel: Option<&str>) -> Self {
+        Self::start_binary(server_binary(), args, tls, sentinel)
+    }
+
+    /// Starts a `valkey-server` (from `LOCKMACRO_VALKEY_SERVER`, else
+    /// `target/valkey/bin/valkey-server` as `scripts/install-deps` installs
+    /// it, else `PATH`) with extra command-line arguments, as
+    /// [`RedisServer::start_with`] starts a `redis-server`.
+    #[track_caller]
+    pub fn start_valkey(args: &[&str]) -> Self {
+        Self::start_binary(valkey_binary(), args, None, None)
+    }
+
+    #[track_caller]
+    fn start_binary(
+        binary: OsString,
+        args: &[&str],
+        tls: Option<Box<Tls>>,
+        sentinel: Option<&str>,
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockmacro-redis-")
             .tempdir()
@@ -157,6 +179,7 @@ impl RedisServer {
             dir,
             tls,
             sentinel_config,
+            binary,
         };
         let mut attempts = 0;
         loop {
@@ -412,7 +435,8 @@ impl RedisServer {
                 self.log_path().display()
             ))
         })?;
-        let process = spawn(command).map_err(|error| StartError::Failed(spawn_error(&error)))?;
+        let process = spawn(command)
+            .map_err(|error| StartError::Failed(spawn_error(&self.binary, &error)))?;
         let pid = process.id();
         self.process = Some(process);
 
@@ -451,7 +475,7 @@ impl RedisServer {
             .create(true)
             .append(true)
             .open(self.log_path())?;
-        let mut command = Command::new(server_binary());
+        let mut command = Command::new(&self.binary);
         if let Some(config) = &self.sentinel_config {
             // The configuration file must come first.
             command.arg(config).arg("--sentinel");
@@ -557,8 +581,21 @@ fn server_binary() -> OsString {
         .unwrap_or_else(|| "redis-server".into())
 }
 
-fn spawn_error(error: &io::Error) -> String {
-    let binary = server_binary();
+fn valkey_binary() -> OsString {
+    if let Some(binary) = env::var_os("LOCKMACRO_VALKEY_SERVER").filter(|binary| !binary.is_empty())
+    {
+        return binary;
+    }
+    let installed =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/valkey/bin/valkey-server");
+    if installed.exists() {
+        installed.into_os_string()
+    } else {
+        "valkey-server".into()
+    }
+}
+
+fn spawn_error(binary: &OsString, error: &io::Error) -> String {
     let binary = binary.to_string_lossy();
     if error.kind() == io::ErrorKind::NotFound {
         format!(

@@ -15,6 +15,7 @@ mod own_connection;
 mod permits;
 mod redis;
 mod rwlock;
+mod scriptless;
 mod shutdown;
 mod wakeup;
 mod watchdog;

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use lockmacro_runtime::{BackendErrorKind, LockError, Locker, RetryStrategy};
+use lockmacro_runtime::{
+    BackendErrorKind, LockError, Locker, RedisBackend, RedisConfig, RetryStrategy, Scripts,
+};
 use lockmacro_testkit::RedisServer;
 use lockmacro_testkit::cluster::RedisCluster;
 use redis::Value;
@@ -59,11 +61,15 @@ fn denied(server: &RedisServer) -> Vec<String> {
     denied
 }
 
+/// The error of a fenced obtain by user `app`, who requires scripts: by
+/// default a user denied them locks without them instead.
 async fn permission_error(server: &RedisServer) -> String {
-    let locker = server.expect_ok(
-        Locker::connect(&url_for(server, "app", "pw")).await,
+    let config = RedisConfig::default().scripts(Scripts::Required);
+    let backend = server.expect_ok(
+        RedisBackend::connect_with(&url_for(server, "app", "pw"), config).await,
         "connect",
     );
+    let locker = Locker::new(backend);
     // Fenced: a plain obtain is a `SET` alone, which needs none of the
     // script permissions these tests take away.
     let err = locker
