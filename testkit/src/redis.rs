@@ -597,15 +597,21 @@ fn valkey_binary() -> OsString {
 
 fn spawn_error(binary: &OsString, error: &io::Error) -> String {
     let binary = binary.to_string_lossy();
-    if error.kind() == io::ErrorKind::NotFound {
+    if error.kind() != io::ErrorKind::NotFound {
+        format!("cannot run `{binary}`: {error}")
+    } else if binary.contains("valkey") {
+        format!(
+            "cannot find `{binary}`: the Valkey tests need Valkey 8.1 or newer.\n\
+             Run `bash scripts/install-deps`, which installs it under target/valkey, or set \
+             LOCKMACRO_VALKEY_SERVER to the path of a valkey-server binary."
+        )
+    } else {
         format!(
             "cannot find `{binary}`: the integration tests need Redis 7 or newer.\n\
              Install it with `sudo apt-get install redis-server`, set \
              LOCKMACRO_REDIS_SERVER to the path of a redis-server binary, or run \
              `scripts/test`, which installs it."
         )
-    } else {
-        format!("cannot run `{binary}`: {error}")
     }
 }
 

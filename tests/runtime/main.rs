@@ -11,6 +11,7 @@ mod leftovers;
 mod list;
 mod logs;
 mod naming;
+mod native;
 mod own_connection;
 mod permits;
 mod redis;
