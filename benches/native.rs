@@ -137,7 +137,7 @@ async fn main() {
     ];
     for (name, path, scripts) in paths {
         let server = if name.starts_with("Valkey") {
-            RedisServer::start_valkey(&[])
+            RedisServer::valkey()
         } else {
             RedisServer::start()
         };

@@ -605,7 +605,8 @@ impl Fixture {
         self.servers()
             .map(|server| {
                 format!(
-                    "--- log of redis-server on port {} ---\n{}",
+                    "--- log of {} on port {} ---\n{}",
+                    server.program().name(),
                     server.port(),
                     server.log().trim_end()
                 )

@@ -3,7 +3,8 @@
 //! faults, TLS material, and one fixture per backend that knows what its
 //! backend can do.
 //!
-//! - Servers: [`RedisServer`] (one `redis-server`), [`cluster::RedisCluster`],
+//! - Servers: [`RedisServer`] (one `redis-server`, or one `valkey-server`:
+//!   [`program::Program`]), [`cluster::RedisCluster`],
 //!   [`sentinel::RedisSentinel`] (a master, two replicas, three sentinels),
 //!   [`etcd::EtcdCluster`] (one member or several), [`etcd_secure::SecureEtcd`]
 //!   (one member with TLS or users), `postgres::PostgresServer` (and its
@@ -31,6 +32,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod etcd_secure;
 pub mod fixture;
+pub mod program;
 pub mod kind;
 pub mod outside;
 #[cfg(feature = "postgres")]

@@ -1,17 +1,16 @@
-//! Real `redis-server` processes for the integration tests, after redis-rs's `redis-test`.
+//! Real `redis-server` processes for the integration tests, after redis-rs's `redis-test`,
+//! and `valkey-server` ones, started the same way ([`Program`]).
 //!
 //! Each [`RedisServer`] owns one process on its own port, with its data directory and
 //! log in a temporary directory. Every panic the harness raises carries the server's
 //! log, and so do [`RedisServer::expect_ok`] and friends in test code.
 
-use std::env;
-use std::ffi::OsString;
 use std::fmt::{Debug, Display};
 use std::fs::{self, File};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{self, Child, Command, Stdio};
 use std::sync::LazyLock;
 use std::sync::mpsc::{self, Sender};
@@ -22,6 +21,7 @@ use lockmacro_runtime::Locker;
 use redis::{Client, ClientTlsConfig, Connection, FromRedisValue, TlsCertificates};
 use tempfile::TempDir;
 
+use super::program::Program;
 use super::tls::TestCa;
 
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,10 +36,12 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// someone who accepts connections but does not answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A `redis-server` on `127.0.0.1`, killed and reaped on drop.
+/// A `redis-server` (or a `valkey-server`, see [`RedisServer::start_as`]) on
+/// `127.0.0.1`, killed and reaped on drop.
 ///
 /// Started with `--save '' --appendonly no`, so a restart loses all data.
 pub struct RedisServer {
+    program: Program,
     /// `None` after [`RedisServer::stop`].
     process: Option<Child>,
     port: u16,
@@ -55,9 +57,6 @@ pub struct RedisServer {
     /// Set by [`RedisServer::start_sentinel`]: the configuration file a
     /// sentinel starts from (and rewrites).
     sentinel_config: Option<PathBuf>,
-    /// The server's binary: `redis-server`, or `valkey-server` for
-    /// [`RedisServer::start_valkey`].
-    binary: OsString,
 }
 
 /// What a TLS-only server was started with.
@@ -105,6 +104,21 @@ impl RedisServer {
         Self::start_configured(args, None)
     }
 
+    /// Starts a `valkey-server` with the default configuration: found as
+    /// [`Program::Valkey`] says, and panics naming `scripts/install-deps`
+    /// when it is nowhere.
+    #[track_caller]
+    pub fn valkey() -> Self {
+        Self::start_as(Program::Valkey, &[])
+    }
+
+    /// Starts a server of `program` with extra arguments, as
+    /// [`RedisServer::start_with`] does.
+    #[track_caller]
+    pub fn start_as(program: Program, args: &[&str]) -> Self {
+        Self::start_in(program, args, None, None)
+    }
+
     /// Starts a server that accepts TLS only (`--port 0 --tls-port PORT`), with the
     /// server certificate of `ca`, and extra arguments (`--tls-auth-clients yes`
     /// makes it check clients). [`RedisServer::port`] is the TLS port,
@@ -119,7 +133,12 @@ impl RedisServer {
     /// only, as [`RedisServer::start_tls`].
     #[track_caller]
     pub fn start_sentinel_tls(ca: &TestCa, config: &str, args: &[&str]) -> Self {
-        Self::start_in(args, Some(Box::new(Tls::of(ca))), Some(config))
+        Self::start_in(
+            Program::Redis,
+            args,
+            Some(Box::new(Tls::of(ca))),
+            Some(config),
+        )
     }
 
     /// Starts a Redis Sentinel (`redis-server <file> --sentinel`) whose
@@ -130,31 +149,17 @@ impl RedisServer {
     /// sentinel ask for a password, which [`RedisServer::client`] gives.
     #[track_caller]
     pub fn start_sentinel(config: &str, args: &[&str]) -> Self {
-        Self::start_in(args, None, Some(config))
+        Self::start_in(Program::Redis, args, None, Some(config))
     }
 
     #[track_caller]
     fn start_configured(args: &[&str], tls: Option<Box<Tls>>) -> Self {
-        Self::start_in(args, tls, None)
+        Self::start_in(Program::Redis, args, tls, None)
     }
 
     #[track_caller]
-    fn start_in(args: &[&str], tls: Option<Box<Tls>>, sentinel: Option<&str>) -> Self {
-        Self::start_binary(server_binary(), args, tls, sentinel)
-    }
-
-    /// Starts a `valkey-server` (from `LOCKMACRO_VALKEY_SERVER`, else
-    /// `target/valkey/bin/valkey-server` as `scripts/install-deps` installs
-    /// it, else `PATH`) with extra command-line arguments, as
-    /// [`RedisServer::start_with`] starts a `redis-server`.
-    #[track_caller]
-    pub fn start_valkey(args: &[&str]) -> Self {
-        Self::start_binary(valkey_binary(), args, None, None)
-    }
-
-    #[track_caller]
-    fn start_binary(
-        binary: OsString,
+    fn start_in(
+        program: Program,
         args: &[&str],
         tls: Option<Box<Tls>>,
         sentinel: Option<&str>,
@@ -162,7 +167,12 @@ impl RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("lockmacro-redis-")
             .tempdir()
-            .expect("cannot create a temporary directory for redis-server");
+            .unwrap_or_else(|error| {
+                panic!(
+                    "cannot create a temporary directory for {}: {error}",
+                    program.name()
+                )
+            });
         let sentinel_config = sentinel.map(|config| {
             let path = dir.path().join("sentinel.conf");
             fs::write(&path, config).expect("cannot write the sentinel's configuration");
@@ -171,6 +181,7 @@ impl RedisServer {
         let args: Vec<String> = args.iter().map(|&arg| arg.to_owned()).collect();
         let cluster = has_flag(&args, "--cluster-enabled") && !has_flag(&args, "--cluster-port");
         let mut server = RedisServer {
+            program,
             process: None,
             port: 0,
             bus_port: None,
@@ -179,7 +190,6 @@ impl RedisServer {
             dir,
             tls,
             sentinel_config,
-            binary,
         };
         let mut attempts = 0;
         loop {
@@ -230,6 +240,11 @@ impl RedisServer {
         self.port
     }
 
+    /// Which program this server runs.
+    pub fn program(&self) -> Program {
+        self.program
+    }
+
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
     }
@@ -263,7 +278,10 @@ impl RedisServer {
         if let Some(mut process) = self.process.take()
             && let Err(error) = process.kill().and_then(|()| process.wait())
         {
-            self.fail(format_args!("cannot kill redis-server: {error}"));
+            self.fail(format_args!(
+                "cannot kill {}: {error}",
+                self.program.name()
+            ));
         }
     }
 
@@ -320,7 +338,8 @@ impl RedisServer {
             .iter()
             .map(|server| {
                 format!(
-                    "--- log of redis-server on port {} ---\n{}",
+                    "--- log of {} on port {} ---\n{}",
+                    server.program.name(),
                     server.port(),
                     server.log().trim_end()
                 )
@@ -408,7 +427,8 @@ impl RedisServer {
             log => log,
         };
         panic!(
-            "{message}\n\n--- log of redis-server on port {} ---\n{log}\n--- end of log ---",
+            "{message}\n\n--- log of {} on port {} ---\n{log}\n--- end of log ---",
+            self.program.name(),
             self.port,
         )
     }
@@ -435,8 +455,8 @@ impl RedisServer {
                 self.log_path().display()
             ))
         })?;
-        let process = spawn(command)
-            .map_err(|error| StartError::Failed(spawn_error(&self.binary, &error)))?;
+        let process =
+            spawn(command).map_err(|error| StartError::Failed(self.program.spawn_error(&error)))?;
         let pid = process.id();
         self.process = Some(process);
 
@@ -449,7 +469,10 @@ impl RedisServer {
                     if self.log_since(log_start).contains("Address already in use") {
                         StartError::PortTaken
                     } else {
-                        StartError::Failed(format!("redis-server exited during startup: {status}"))
+                        StartError::Failed(format!(
+                            "{} exited during startup: {status}",
+                            self.program.name()
+                        ))
                     },
                 );
             }
@@ -462,7 +485,8 @@ impl RedisServer {
                 }
                 Err(error) if Instant::now() > deadline => {
                     return Err(StartError::Failed(format!(
-                        "redis-server did not answer within {STARTUP_TIMEOUT:?}: {error}"
+                        "{} did not answer within {STARTUP_TIMEOUT:?}: {error}",
+                        self.program.name()
                     )));
                 }
                 Err(_) => thread::sleep(POLL_INTERVAL),
@@ -475,7 +499,7 @@ impl RedisServer {
             .create(true)
             .append(true)
             .open(self.log_path())?;
-        let mut command = Command::new(&self.binary);
+        let mut command = Command::new(self.program.binary());
         if let Some(config) = &self.sentinel_config {
             // The configuration file must come first.
             command.arg(config).arg("--sentinel");
@@ -535,7 +559,10 @@ impl RedisServer {
         // SAFETY: `pid` is our unreaped child, so it cannot have been reused.
         if unsafe { libc::kill(pid, signal) } == -1 {
             let error = io::Error::last_os_error();
-            self.fail(format_args!("cannot signal redis-server: {error}"));
+            self.fail(format_args!(
+                "cannot signal {}: {error}",
+                self.program.name()
+            ));
         }
     }
 
@@ -556,7 +583,8 @@ impl RedisServer {
             }
             if Instant::now() > deadline {
                 self.fail(format_args!(
-                    "redis-server did not {what} within {SIGNAL_TIMEOUT:?} (state {state:?})"
+                    "{} did not {what} within {SIGNAL_TIMEOUT:?} (state {state:?})",
+                    self.program.name()
                 ));
             }
             thread::sleep(POLL_INTERVAL);
@@ -572,46 +600,6 @@ impl Drop for RedisServer {
             let _ = process.kill();
             let _ = process.wait();
         }
-    }
-}
-
-fn server_binary() -> OsString {
-    env::var_os("LOCKMACRO_REDIS_SERVER")
-        .filter(|binary| !binary.is_empty())
-        .unwrap_or_else(|| "redis-server".into())
-}
-
-fn valkey_binary() -> OsString {
-    if let Some(binary) = env::var_os("LOCKMACRO_VALKEY_SERVER").filter(|binary| !binary.is_empty())
-    {
-        return binary;
-    }
-    let installed =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/valkey/bin/valkey-server");
-    if installed.exists() {
-        installed.into_os_string()
-    } else {
-        "valkey-server".into()
-    }
-}
-
-fn spawn_error(binary: &OsString, error: &io::Error) -> String {
-    let binary = binary.to_string_lossy();
-    if error.kind() != io::ErrorKind::NotFound {
-        format!("cannot run `{binary}`: {error}")
-    } else if binary.contains("valkey") {
-        format!(
-            "cannot find `{binary}`: the Valkey tests need Valkey 8.1 or newer.\n\
-             Run `bash scripts/install-deps`, which installs it under target/valkey, or set \
-             LOCKMACRO_VALKEY_SERVER to the path of a valkey-server binary."
-        )
-    } else {
-        format!(
-            "cannot find `{binary}`: the integration tests need Redis 7 or newer.\n\
-             Install it with `sudo apt-get install redis-server`, set \
-             LOCKMACRO_REDIS_SERVER to the path of a redis-server binary, or run \
-             `scripts/test`, which installs it."
-        )
     }
 }
 

@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::program::Program;
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {
@@ -165,6 +166,38 @@ fn startup_failure_panics_with_the_log() {
     let message = panic_message(payload);
     assert!(message.contains("exited during startup"), "{message}");
     assert!(message.contains("no-such-directive"), "{message}");
+}
+
+/// The Valkey flavour goes through the same start, pause, restart and
+/// failure paths, with `valkey-server` behind them.
+#[test]
+fn valkey_server_starts_pauses_restarts_and_names_itself_in_panics() {
+    let mut server = RedisServer::valkey();
+    assert_eq!(server.program(), Program::Valkey);
+    let info: String = server.cmd(&["INFO", "server"]);
+    assert!(info.contains("server_name:valkey"), "{info}");
+
+    let () = server.cmd(&["SET", "k", "v"]);
+    server.pause();
+    server.resume();
+    let kept: Option<String> = server.cmd(&["GET", "k"]);
+    assert_eq!(kept.as_deref(), Some("v"));
+    let port = server.port();
+    server.restart();
+    assert_eq!(server.port(), port);
+    let lost: Option<String> = server.cmd(&["GET", "k"]);
+    assert_eq!(lost, None);
+
+    let payload = panic::catch_unwind(AssertUnwindSafe(|| {
+        server.expect_ok(Err::<(), _>("boom"), "on valkey");
+    }))
+    .expect_err("expect_ok on an error panics");
+    let message = panic_message(payload);
+    assert!(
+        message.contains("--- log of valkey-server on port"),
+        "{message}"
+    );
+    assert!(message.contains("Valkey is starting"), "{message}");
 }
 
 #[test]

@@ -22,7 +22,7 @@ async fn backend(server: &RedisServer, scripts: Scripts) -> RedisBackend {
 
 #[tokio::test]
 async fn valkey_refreshes_by_set_ifeq_without_a_transaction() {
-    let server = RedisServer::start_valkey(&[]);
+    let server = RedisServer::valkey();
     let backend = backend(&server, Scripts::Never).await;
     let keys = ["job".to_owned()];
     let mine = format!("{}meta", "a".repeat(32));
@@ -56,7 +56,7 @@ async fn valkey_refreshes_by_set_ifeq_without_a_transaction() {
 
 #[tokio::test]
 async fn valkey_runs_the_scripted_path_by_default() {
-    let server = RedisServer::start_valkey(&[]);
+    let server = RedisServer::valkey();
     let locker = Locker::new(backend(&server, Scripts::Auto).await);
     let lock = server.expect_ok(
         locker

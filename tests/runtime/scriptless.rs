@@ -151,7 +151,7 @@ async fn contention_keeps_exclusion_and_fences_increasing() {
 /// On Valkey 8.1, the watchdog's refreshes go by `SET … IFEQ`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contention_on_valkey_keeps_exclusion_and_fences_increasing() {
-    contention(deny_scripts(RedisServer::start_valkey(&[]))).await;
+    contention(deny_scripts(RedisServer::valkey())).await;
 }
 
 /// Six workers on `server`, each on connections of its own, as separate
