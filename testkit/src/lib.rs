@@ -32,7 +32,6 @@ pub mod cluster;
 pub mod etcd;
 pub mod etcd_secure;
 pub mod fixture;
-pub mod program;
 pub mod kind;
 pub mod outside;
 #[cfg(feature = "postgres")]
@@ -43,6 +42,7 @@ pub mod pgdb;
 pub mod pgreplica;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod program;
 pub mod proxy;
 pub mod redis;
 pub mod sentinel;

@@ -278,10 +278,7 @@ impl RedisServer {
         if let Some(mut process) = self.process.take()
             && let Err(error) = process.kill().and_then(|()| process.wait())
         {
-            self.fail(format_args!(
-                "cannot kill {}: {error}",
-                self.program.name()
-            ));
+            self.fail(format_args!("cannot kill {}: {error}", self.program.name()));
         }
     }
 
