@@ -158,10 +158,12 @@ impl Features {
     }
 }
 
-/// True for a refusal of `EVAL`, `EVALSHA` or `SCRIPT LOAD` themselves, not
-/// of a command a script calls or of a key.
+/// True for a refusal of `EVALSHA` or `SCRIPT LOAD`, by which every script
+/// is called; not of a command a script calls, of a key, or of `EVAL`
+/// alone (which only an acquire that waits for replicas sends: its
+/// refusal names what to grant, as in `Scripts::Required`).
 fn denies_scripts(message: &str) -> bool {
-    ["'evalsha'", "'eval'", "'script|load'", "'script'"]
+    ["'evalsha'", "'script|load'"]
         .iter()
         .any(|command| message.contains(command))
 }
@@ -249,6 +251,9 @@ mod tests {
         ));
         assert!(!denies_scripts(
             "NOPERM User locker has no permissions to access one of the keys"
+        ));
+        assert!(!denies_scripts(
+            "NOPERM User locker has no permissions to run the 'eval' command"
         ));
     }
 }
