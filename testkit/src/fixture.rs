@@ -89,6 +89,7 @@ impl Fixture {
     pub async fn on(kind: Kind) -> Self {
         match kind {
             Kind::Redis => Fixture::redis().await,
+            Kind::Valkey => Fixture::valkey().await,
             Kind::Cluster => Fixture::cluster().await,
             Kind::Redlock => Fixture::redlock().await,
             Kind::Sentinel => Fixture::sentinel().await,
@@ -128,6 +129,11 @@ impl Fixture {
     /// A server of the test's own: one starts in milliseconds.
     pub async fn redis() -> Self {
         Fixture::own(Kind::Redis, Under::Redis(RedisServer::start()))
+    }
+
+    /// A `valkey-server` of the test's own, behind the Redis backend.
+    pub async fn valkey() -> Self {
+        Fixture::own(Kind::Valkey, Under::Redis(RedisServer::valkey()))
     }
 
     /// The binary's cluster of three masters with a replica each, shared

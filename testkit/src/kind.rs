@@ -13,6 +13,8 @@
 pub enum Kind {
     /// One `redis-server`.
     Redis,
+    /// One `valkey-server`: the Redis backend, on Valkey.
+    Valkey,
     /// A Redis Cluster of three masters with a replica each.
     Cluster,
     /// Three independent masters, majority quorum.
@@ -58,8 +60,9 @@ pub enum Capability {
 
 impl Kind {
     /// Every backend, in the order the suites list them.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Redis,
+        Kind::Valkey,
         Kind::Cluster,
         Kind::Redlock,
         Kind::Sentinel,
@@ -73,7 +76,7 @@ impl Kind {
     pub const fn has(self, capability: Capability) -> bool {
         use Capability::*;
         match self {
-            Kind::Redis => matches!(
+            Kind::Redis | Kind::Valkey => matches!(
                 capability,
                 FairQueue
                     | Shares
@@ -142,6 +145,9 @@ macro_rules! __if_capable {
     (Redis, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Redis, [$($rest),*] $then $else);
     };
+    (Valkey, [$(FairQueue)? $(Shares)? $(SeveralSlots)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
+        $crate::__if_capable!(Valkey, [$($rest),*] $then $else);
+    };
     (Cluster, [$(FairQueue)? $(Shares)? $(ShortLeases)? $(Servers)? $(Replicas)? $(Inspect)? $(List)? $(, $rest:ident)*] $then:tt $else:tt) => {
         $crate::__if_capable!(Cluster, [$($rest),*] $then $else);
     };
@@ -196,6 +202,7 @@ macro_rules! __if_listed {
 macro_rules! __if_among {
     ($kind:ident, [] $items:tt) => {};
     (Redis, [Redis $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
+    (Valkey, [Valkey $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
     (Cluster, [Cluster $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
     (Redlock, [Redlock $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
     (Sentinel, [Sentinel $(, $rest:ident)*] { $($items:tt)* }) => { $($items)* };
@@ -210,7 +217,7 @@ macro_rules! __if_among {
 
 /// One test per scenario on every backend that has the capabilities it
 /// needs, each in a module named after its backend (`on_redis::case`,
-/// `on_cluster::case`, …, `on_a_backend_written_outside_the_crate::case`).
+/// `on_valkey::case`, `on_cluster::case`, …, `on_a_backend_written_outside_the_crate::case`).
 ///
 /// ```ignore
 /// lockmacro_testkit::for_each_backend! {
@@ -278,6 +285,7 @@ macro_rules! for_each_backend {
         } => $cases:tt),+ $(,)?
     ) => {
         $crate::__backend_module!(Redis, on_redis, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
+        $crate::__backend_module!(Valkey, on_valkey, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
         $crate::__backend_module!(Cluster, on_cluster, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
         $crate::__backend_module!(Redlock, on_redlock, $runtime, $module, $([$($cap),*] [$($($lack),*)?] [$($($only),*)?] $servers $cases)+);
         #[cfg(feature = "sentinel")]
@@ -394,8 +402,8 @@ mod tests {
             )*};
         }
         every_capability!(
-            Redis, Cluster, Redlock, Sentinel, Memory, Outside, Etcd, Postgres
+            Redis, Valkey, Cluster, Redlock, Sentinel, Memory, Outside, Etcd, Postgres
         );
-        assert_eq!(Kind::ALL.len(), 8, "a kind is missing above");
+        assert_eq!(Kind::ALL.len(), 9, "a kind is missing above");
     }
 }

@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::program::Program;
 use lockmacro_testkit::proxy::Proxy;
 
 /// A locker on `url` that waits `response_timeout` for each reply.
@@ -31,9 +32,18 @@ fn waiting(deadline: Duration) -> ObtainOptions {
     ObtainOptions::new().retry(RetryStrategy::linear(Duration::from_millis(20)).deadline(deadline))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_lease_is_reported_on_the_deadline_while_the_server_is_still_frozen() {
-    let server = RedisServer::start();
+// The cases that freeze the server, or the holder beside it, on Redis and
+// on Valkey.
+on_each_program! {
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: [
+        lost_lease_is_reported_on_the_deadline_while_the_server_is_still_frozen,
+        paused_holder_process_neither_writes_nor_returns_ok_after_its_lease,
+    ],
+}
+
+async fn lost_lease_is_reported_on_the_deadline_while_the_server_is_still_frozen(program: Program) {
+    let server = RedisServer::start_as(program, &[]);
     // With a response timeout this long, a call that waited for its release
     // to be answered would still be waiting when the test gives up.
     let locker = locker_with(&server, &server.url(), Duration::from_secs(60)).await;
@@ -221,20 +231,19 @@ fn signal(child: &Child, signal: libc::c_int) {
     assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_holder_process_neither_writes_nor_returns_ok_after_its_lease() {
+async fn paused_holder_process_neither_writes_nor_returns_ok_after_its_lease(program: Program) {
     // The same test, run again in a child process, is the holder.
     if let Ok(url) = env::var(PAUSED_ENV) {
         return hold_and_write(&url).await;
     }
-    let server = RedisServer::start();
+    let server = RedisServer::start_as(program, &[]);
+    let test = format!(
+        "lease::{}::paused_holder_process_neither_writes_nor_returns_ok_after_its_lease",
+        crate::module_of(program)
+    );
     let mut holder = Holder(
         Command::new(env::current_exe().unwrap())
-            .args([
-                "lease::paused_holder_process_neither_writes_nor_returns_ok_after_its_lease",
-                "--exact",
-                "--nocapture",
-            ])
+            .args([test.as_str(), "--exact", "--nocapture"])
             .env(PAUSED_ENV, server.url())
             .stdout(Stdio::piped())
             .spawn()

@@ -1,6 +1,7 @@
-//! Redis frozen (SIGSTOP) for longer than the ttl while a body runs under
-//! `on_lost = "abort"`: the holder gives up on its own local deadline, without
-//! hearing from the server, and has stopped before a second holder gets in.
+//! Redis (or Valkey) frozen (SIGSTOP) for longer than the ttl while a body
+//! runs under `on_lost = "abort"`: the holder gives up on its own local
+//! deadline, without hearing from the server, and has stopped before a
+//! second holder gets in.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::program::Program;
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -37,9 +39,15 @@ impl Drop for RecordStop<'_> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_server_holder_stops_on_its_deadline_before_a_second_holder_gets_in() {
-    let server = RedisServer::start();
+on_each_program! {
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: [paused_server_holder_stops_on_its_deadline_before_a_second_holder_gets_in],
+}
+
+async fn paused_server_holder_stops_on_its_deadline_before_a_second_holder_gets_in(
+    program: Program,
+) {
+    let server = RedisServer::start_as(program, &[]);
     let holder = server.locker().await;
     let contender = server.locker().await;
 

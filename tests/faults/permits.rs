@@ -2,7 +2,7 @@
 //! give their permits back after their ttl, never sooner; with the server
 //! frozen (SIGSTOP) past the ttl, a witness that does not trust the lock
 //! never sees more holders acting at once than there are permits, nor a
-//! writer beside anyone.
+//! writer beside anyone (on Redis and on Valkey).
 
 use std::env;
 use std::io::{BufRead, BufReader};
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use lockmacro_runtime::{HoldOptions, LockGuard, Locker, ObtainOptions, RetryStrategy};
 use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::program::Program;
 use tokio::time::Instant;
 
 use crate::process::rerun_as_child;
@@ -223,9 +224,16 @@ fn holding(options: HoldOptions) -> HoldOptions {
     options.wait(Duration::from_secs(10))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn frozen_server_never_lets_more_holders_act_than_permits() {
-    let server = RedisServer::start();
+on_each_program! {
+    runtime: (flavor = "multi_thread", worker_threads = 4),
+    cases: [
+        frozen_server_never_lets_more_holders_act_than_permits,
+        frozen_server_never_lets_a_writer_act_beside_anyone,
+    ],
+}
+
+async fn frozen_server_never_lets_more_holders_act_than_permits(program: Program) {
+    let server = RedisServer::start_as(program, &[]);
     let sections: Sections = Arc::default();
     let workers = (0..5)
         .map(|_| {
@@ -252,9 +260,8 @@ async fn frozen_server_never_lets_more_holders_act_than_permits() {
 /// Readers and writers while the server is frozen past the ttl: a witness
 /// that counts each section until it ended or its deadline never sees a
 /// writer beside anyone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn frozen_server_never_lets_a_writer_act_beside_anyone() {
-    let server = RedisServer::start();
+async fn frozen_server_never_lets_a_writer_act_beside_anyone(program: Program) {
+    let server = RedisServer::start_as(program, &[]);
     let (reads, writes): (Sections, Sections) = (Arc::default(), Arc::default());
     let workers = (0..5)
         .map(|worker| {

@@ -1,7 +1,7 @@
-//! Redis restarted without persistence while a lock is held: the lease and
-//! the fence counter are gone. The holder learns it at its next refresh, a new
-//! holder gets in at once, and fencing tokens still increase, because a lost
-//! counter starts again from the server's clock.
+//! Redis (or Valkey) restarted without persistence while a lock is held: the
+//! lease and the fence counter are gone. The holder learns it at its next
+//! refresh, a new holder gets in at once, and fencing tokens still increase,
+//! because a lost counter starts again from the server's clock.
 
 use std::time::Duration;
 
@@ -9,16 +9,24 @@ use lockmacro_runtime::{FencedStore, LockError, Locker, MemoryBackend, ObtainOpt
 use tokio::time::Instant;
 
 use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::program::Program;
 
 const TTL: Duration = Duration::from_secs(3);
 const REFRESH: Duration = Duration::from_secs(2);
 /// How long the server stays down when its length matters.
 const OUTAGE: Duration = Duration::from_secs(1);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_loses_the_lease_but_fence_tokens_keep_increasing() {
-    let mut server = RedisServer::start();
-    let resource = RedisServer::start();
+on_each_program! {
+    runtime: (flavor = "multi_thread", worker_threads = 2),
+    cases: [
+        restart_loses_the_lease_but_fence_tokens_keep_increasing,
+        fenced_store_writes_again_once_a_restarted_server_is_back(),
+    ],
+}
+
+async fn restart_loses_the_lease_but_fence_tokens_keep_increasing(program: Program) {
+    let mut server = RedisServer::start_as(program, &[]);
+    let resource = RedisServer::start_as(program, &[]);
     let store = resource.expect_ok(FencedStore::connect(&resource.url()).await, "connect");
     let holder = server.locker().await;
     let newcomer = server.locker().await;
@@ -113,9 +121,8 @@ async fn memory_fence_tokens_increase_across_backends() {
     assert!(lock.fence_token().unwrap() > old);
 }
 
-#[tokio::test]
-async fn fenced_store_writes_again_once_a_restarted_server_is_back() {
-    let mut resource = RedisServer::start();
+async fn fenced_store_writes_again_once_a_restarted_server_is_back(program: Program) {
+    let mut resource = RedisServer::start_as(program, &[]);
     let store = resource.expect_ok(FencedStore::connect(&resource.url()).await, "connect");
     assert!(resource.expect_ok(store.set("report", "first", 1).await, "write"));
 

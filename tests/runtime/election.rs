@@ -417,7 +417,7 @@ lockmacro_testkit::for_each_backend! {
     ],
     // The Redis server shows its queue; the memory backend queues a
     // candidate at its first attempt, made at once.
-    { needs: [FairQueue], only: [Redis, Memory], servers: own } => [
+    { needs: [FairQueue], only: [Redis, Valkey, Memory], servers: own } => [
         fair_election_hands_the_role_to_the_waiting_candidate,
     ],
 }

@@ -34,7 +34,7 @@ async fn join(
     let (locker, owned_key) = (locker.clone(), key.to_owned());
     let mut obtain = Box::pin(async move { locker.obtain(&owned_key, TTL, opts).await });
     match fx.kind() {
-        Kind::Redis | Kind::Cluster | Kind::Sentinel => {
+        Kind::Redis | Kind::Valkey | Kind::Cluster | Kind::Sentinel => {
             let server = queue_node(fx, key);
             // Queued after its first attempt; quiet after the second,
             // sent once it listens for the hand-off (a locker that has
@@ -375,7 +375,7 @@ pub async fn waiters_gone_do_not_block_the_queue(fx: &Fixture) {
         gave_up.as_ref().is_err_and(LockError::is_not_obtained),
         "{gave_up:?}"
     );
-    if let Kind::Redis | Kind::Cluster | Kind::Sentinel = fx.kind() {
+    if let Kind::Redis | Kind::Valkey | Kind::Cluster | Kind::Sentinel = fx.kind() {
         until_queued(queue_node(fx, "job"), "job", 1).await;
     }
     held.release().await.expect("release");
@@ -406,7 +406,7 @@ pub async fn a_fair_waiter_leaves_the_queue_at_shutdown(fx: &Fixture) {
         matches!(&shut, Err(LockError::ShutDown { key }) if key == "job"),
         "{shut:?}"
     );
-    if let Kind::Redis | Kind::Cluster | Kind::Sentinel = fx.kind() {
+    if let Kind::Redis | Kind::Valkey | Kind::Cluster | Kind::Sentinel = fx.kind() {
         assert_eq!(queued(queue_node(fx, "job"), "job"), 1, "its place is left");
     }
     held.release().await.expect("release");

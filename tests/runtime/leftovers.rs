@@ -142,19 +142,19 @@ pub async fn fence_counter_expires_after_its_last_use(fx: &Fixture) {
 lockmacro_testkit::for_each_backend! {
     runtime: (flavor = "multi_thread", worker_threads = 2),
     cases: [crate::leftovers],
-    { needs: [ShortLeases], only: [Redis, Cluster, Redlock, Memory], servers: own } => [
+    { needs: [ShortLeases], only: [Redis, Valkey, Cluster, Redlock, Memory], servers: own } => [
         fence_key_equal_to_the_lock_key_leaves_nothing,
         fence_key_held_as_a_lock_leaves_nothing,
         obtain_many_colliding_with_its_fence_key_leaves_nothing,
         lock_named_after_a_fence_counter_is_refused,
     ],
     // Redlock keeps no queue: fair obtains are refused there by design.
-    { needs: [FairQueue], only: [Redis, Cluster, Redlock, Memory], servers: own } => [
+    { needs: [FairQueue], only: [Redis, Valkey, Cluster, Redlock, Memory], servers: own } => [
         fair_obtain_with_a_bad_fence_key_leaves_nothing,
     ],
     // The memory store cannot be read behind its back: its counters'
     // expiry is shown below on the tokio clock.
-    { needs: [Servers], only: [Redis, Cluster, Redlock, Memory], servers: own } => [
+    { needs: [Servers], only: [Redis, Valkey, Cluster, Redlock, Memory], servers: own } => [
         fence_counter_expires_after_its_last_use,
     ],
 }

@@ -103,7 +103,7 @@ async fn held_and_awaited(server: &RedisServer) -> (Lock, tokio::task::JoinHandl
 // listen for releases, and in memory, where it is given time to wait.
 lockmacro_testkit::for_each_backend! {
     needs: [],
-    only: [Redis, Memory],
+    only: [Redis, Valkey, Memory],
     servers: own,
     runtime: (flavor = "multi_thread", worker_threads = 2),
     cases: crate::wakeup::[

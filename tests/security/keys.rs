@@ -15,7 +15,7 @@ use crate::{LONG, once};
 // does.
 lockmacro_testkit::for_each_backend! {
     needs: [],
-    only: [Redis, Cluster, Redlock, Memory],
+    only: [Redis, Valkey, Cluster, Redlock, Memory],
     servers: own,
     runtime: (flavor = "multi_thread", worker_threads = 2),
     cases: crate::keys::[
@@ -127,7 +127,7 @@ pub async fn hostile_keys_lock_fence_refresh_and_release_as_given(fx: &Fixture) 
     // locks. (A Redlock master that was slow to answer may lack some, and a
     // release returns once a majority answered: the last master's delete may
     // still be on its way, so its keys are looked at until it lands.)
-    if matches!(fx.kind(), Kind::Redis | Kind::Redlock) {
+    if matches!(fx.kind(), Kind::Redis | Kind::Valkey | Kind::Redlock) {
         let expected: Vec<Vec<u8>> = fence_keys
             .iter()
             .map(|key| key.as_bytes().to_vec())
@@ -155,7 +155,7 @@ pub async fn hostile_keys_lock_fence_refresh_and_release_as_given(fx: &Fixture) 
                 "port {}: unexpected keys {foreign:?}",
                 server.port()
             );
-            if fx.kind() == Kind::Redis {
+            if matches!(fx.kind(), Kind::Redis | Kind::Valkey) {
                 assert_eq!(stored.len(), expected.len(), "fence counters missing");
             }
         }

@@ -11,7 +11,7 @@ use crate::{LONG, once};
 
 lockmacro_testkit::for_each_backend! {
     needs: [],
-    only: [Redis, Cluster, Redlock, Memory],
+    only: [Redis, Valkey, Cluster, Redlock, Memory],
     servers: own,
     runtime: (flavor = "multi_thread", worker_threads = 2),
     cases: crate::tokens::[near_miss_tokens_cannot_refresh_or_release],
