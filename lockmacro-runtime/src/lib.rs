@@ -56,7 +56,7 @@ pub use crate::backend::SentinelBackend;
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use crate::backend::{EtcdBackend, EtcdConfig};
 pub use crate::backend::{
-    HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend,
+    HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, Scripts,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use lockmacro_runtime::{BackendErrorKind, LockError, Locker, RetryStrategy};
+use lockmacro_runtime::{
+    BackendErrorKind, LockError, Locker, RedisBackend, RedisConfig, RetryStrategy, Scripts,
+};
 use lockmacro_testkit::RedisServer;
 use lockmacro_testkit::cluster::RedisCluster;
 use redis::Value;
@@ -21,6 +23,15 @@ fn documented_acl_line() -> Vec<&'static str> {
         .expect(
             "docs/security.md shows `ACL SETUSER locks …` under \"Permissions a Redis user needs\"",
         );
+    line.split_whitespace().collect()
+}
+
+/// The `ACL SETUSER` line of docs/security.md for a user denied scripts.
+fn documented_scriptless_line() -> Vec<&'static str> {
+    let line = SECURITY_DOC
+        .lines()
+        .find(|line| line.starts_with("ACL SETUSER nolua "))
+        .expect("docs/security.md shows `ACL SETUSER nolua …` under \"A user denied scripts\"");
     line.split_whitespace().collect()
 }
 
@@ -59,11 +70,15 @@ fn denied(server: &RedisServer) -> Vec<String> {
     denied
 }
 
+/// The error of a fenced obtain by user `app`, who requires scripts: by
+/// default a user denied them locks without them instead.
 async fn permission_error(server: &RedisServer) -> String {
-    let locker = server.expect_ok(
-        Locker::connect(&url_for(server, "app", "pw")).await,
+    let config = RedisConfig::default().scripts(Scripts::Required);
+    let backend = server.expect_ok(
+        RedisBackend::connect_with(&url_for(server, "app", "pw"), config).await,
         "connect",
     );
+    let locker = Locker::new(backend);
     // Fenced: a plain obtain is a `SET` alone, which needs none of the
     // script permissions these tests take away.
     let err = locker
@@ -183,6 +198,56 @@ async fn documented_permissions_are_enough_for_locks_fences_and_wakeups() {
     let got = server.expect_ok(got, "woken waiter obtains");
     server.expect_ok(got.release().await, "waiter release");
 
+    assert_eq!(
+        denied(&server),
+        Vec::<String>::new(),
+        "commands were refused on the way"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documented_permissions_without_scripts_are_enough_for_locks_fences_and_wakeups() {
+    let server = RedisServer::start();
+    let () = server.cmd(&documented_scriptless_line());
+    let url = url_for(&server, "nolua", "change-me");
+    let connect = async || {
+        let config = RedisConfig::default().scripts(Scripts::Never);
+        let backend = server.expect_ok(RedisBackend::connect_with(&url, config).await, "connect");
+        Locker::new(backend).with_namespace("billing")
+    };
+    let (holder, waiter) = (connect().await, connect().await);
+    let lock = server.expect_ok(
+        holder
+            .obtain_many(["user:1", "user:2"], LONG, once().fence())
+            .await,
+        "obtain",
+    );
+    assert!(lock.fence_token().is_some());
+    server.expect_ok(lock.refresh(LONG).await, "refresh");
+    server.expect_ok(lock.ttl().await, "ttl");
+    server.expect_ok(holder.inspect("user:1").await, "inspect");
+    let retry = RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(20));
+    let waiting =
+        tokio::spawn(async move { waiter.obtain("user:1", LONG, once().retry(retry)).await });
+    let channel = "lockmacro:released:billing:user:1";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let subscribers: Vec<Value> = server.cmd(&["PUBSUB", "NUMSUB", channel]);
+        if subscribers.get(1) == Some(&Value::Int(1)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never subscribed to {channel}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.expect_ok(lock.release().await, "release");
+    let got = waiting.await.expect("waiter task");
+    let got = server.expect_ok(got, "woken waiter obtains");
+    server.expect_ok(got.release().await, "waiter release");
+    let forced = server.expect_ok(holder.force_release("user:2").await, "force");
+    assert!(!forced, "the release took both keys");
     assert_eq!(
         denied(&server),
         Vec::<String>::new(),

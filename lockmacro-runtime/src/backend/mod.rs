@@ -47,7 +47,7 @@ pub(crate) use self::postgres::acquire_in;
 pub use self::postgres::{
     POSTGRES_MAX_KEY_LEN, POSTGRES_MIGRATION, PostgresBackend, PostgresConfig,
 };
-pub use self::redis::{RedisBackend, RedisConfig};
+pub use self::redis::{RedisBackend, RedisConfig, Scripts};
 pub(crate) use self::redis::{open_manager, redact, send_once_more};
 pub use self::redlock::RedlockBackend;
 pub use self::request::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};

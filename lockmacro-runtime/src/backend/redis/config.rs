@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::capabilities::Scripts;
 #[cfg(feature = "tls-rustls")]
 use super::tls::{ClientIdentity, RootCertificate, certificates};
 #[cfg(feature = "tls-rustls")]
@@ -35,6 +36,7 @@ pub struct RedisConfig {
     pub(in crate::backend) tls_client: Option<ClientIdentity>,
     pub(in crate::backend) fence_expiry: Duration,
     pub(in crate::backend) grant_lease: Duration,
+    pub(in crate::backend) scripts: Scripts,
 }
 
 impl Default for RedisConfig {
@@ -48,6 +50,7 @@ impl Default for RedisConfig {
             tls_client: None,
             fence_expiry: DEFAULT_FENCE_EXPIRY,
             grant_lease: DEFAULT_GRANT_LEASE,
+            scripts: Scripts::Auto,
         }
     }
 }
@@ -128,6 +131,30 @@ impl RedisConfig {
     /// ```
     pub fn grant_lease(mut self, lease: Duration) -> Self {
         self.grant_lease = clamp_expiry(lease);
+        self
+    }
+
+    /// Whether locks go through the Lua scripts: [`Scripts::Auto`] (the
+    /// default) uses them while the server runs them and goes on without
+    /// them once it refuses them (an ACL denying `@scripting`);
+    /// [`Scripts::Required`] always uses them; [`Scripts::Never`] never
+    /// sends one. Without scripts, fair queues, semaphores, read-write
+    /// locks, downgrades and replica waits are refused before anything is
+    /// written; see [`Scripts`] for what works and how.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::{Locker, RedisBackend, RedisConfig, Scripts};
+    ///
+    /// let config = RedisConfig::default().scripts(Scripts::Never);
+    /// let backend = RedisBackend::connect_with("redis://locker:pw@127.0.0.1:6379/", config).await?;
+    /// let locker = Locker::new(backend);
+    /// let lock = locker.obtain("report", std::time::Duration::from_secs(30), Default::default()).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scripts(mut self, scripts: Scripts) -> Self {
+        self.scripts = scripts;
         self
     }
 }

@@ -1,7 +1,5 @@
 //! Opening clients and connections, with the configured timeouts and TLS.
 
-use std::time::Duration;
-
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError};
 
@@ -150,30 +148,20 @@ pub(in crate::backend) async fn manager_for(
     Ok((conn, name))
 }
 
-/// Loads every script in one round trip, so that the first burst of calls
-/// (a watchdog refreshing thousands of leases at once) finds them cached
-/// instead of each call being refused with `NOSCRIPT`, loading the script and
-/// sending again. Best effort: a user not allowed `SCRIPT LOAD` is told so by
-/// the first call that needs a script the server does not have.
-pub(in crate::backend) async fn preload(mut conn: ConnectionManager, timeout: Duration) {
-    let mut pipe = redis::pipe();
-    for source in [
-        ACQUIRE_LUA,
-        ACQUIRE_FAIR_LUA,
-        ACQUIRE_SHARED_LUA,
-        CONFIRM_LUA,
-        REFRESH_LUA,
-        RELEASE_LUA,
-        REMAINING_LUA,
-        REFRESH_MANY_LUA,
-    ] {
-        pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
-    }
-    let load = pipe.query_async::<()>(&mut conn);
-    if let Ok(Err(err)) = tokio::time::timeout(timeout, load).await {
-        tracing::debug!(target: "lockmacro", error = %err, "scripts not preloaded; loaded on first use");
-    }
-}
+/// Every script, loaded in one round trip at connect (see
+/// `Features::probe`), so that the first burst of calls (a watchdog
+/// refreshing thousands of leases at once) finds them cached instead of each
+/// call being refused with `NOSCRIPT`, loading the script and sending again.
+pub(in crate::backend) const SCRIPT_SOURCES: [&str; 8] = [
+    ACQUIRE_LUA,
+    ACQUIRE_FAIR_LUA,
+    ACQUIRE_SHARED_LUA,
+    CONFIRM_LUA,
+    REFRESH_LUA,
+    RELEASE_LUA,
+    REMAINING_LUA,
+    REFRESH_MANY_LUA,
+];
 
 /// True when `err`, the reply to the connect's check, still shows a Redis
 /// server that took the credentials: a refusal of its own (a user not

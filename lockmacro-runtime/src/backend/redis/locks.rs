@@ -4,10 +4,12 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::FromRedisValue;
 
+use super::capabilities::Features;
 use super::config::RedisConfig;
 use super::errors::Failure;
 use super::protocol::{
@@ -32,23 +34,31 @@ pub(in crate::backend) struct Protocol<T> {
     /// take them.
     pub(in crate::backend) fence_expiry: String,
     grant_lease: String,
+    /// Whether calls go through the scripts, and the native commands.
+    pub(in crate::backend) features: Arc<Features>,
 }
 
 impl<T: Transport> Protocol<T> {
     pub(in crate::backend) fn new(transport: T, config: &RedisConfig) -> Self {
+        let features = if transport.exclusive().is_some() {
+            Features::new(config.scripts)
+        } else {
+            Features::scripts_only(config.scripts)
+        };
         Protocol {
             transport,
             fence_expiry: millis(config.fence_expiry),
             grant_lease: millis(config.grant_lease),
+            features: Arc::new(features),
         }
     }
 
-    fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         self.transport.name()
     }
 
     /// Runs `attempt` on `conn`, and again as the transport's policy says.
-    async fn send<R, F, Fut>(
+    pub(super) async fn send<R, F, Fut>(
         &self,
         conn: &T::Conn,
         keys: &[String],
@@ -83,7 +93,7 @@ impl<T: Transport> Protocol<T> {
         })
     }
 
-    pub(in crate::backend) async fn acquire(
+    pub(super) async fn acquire_scripted(
         &self,
         req: AcquireRequest<'_>,
     ) -> Result<Acquired, LockError> {
@@ -154,7 +164,7 @@ impl<T: Transport> Protocol<T> {
     /// How long the holder of `key` has left, for a refusal's
     /// `Retry-After`: asked only once the plain attempt was refused, so that
     /// an obtain costs one `SET`. `None` when that cannot be told.
-    async fn holder_left(&self, key: &str) -> Option<Duration> {
+    pub(super) async fn holder_left(&self, key: &str) -> Option<Duration> {
         let keys = std::slice::from_ref(&key);
         let left: i64 = self
             .send(
@@ -200,7 +210,7 @@ impl<T: Transport> Protocol<T> {
         }
     }
 
-    pub(in crate::backend) async fn refresh(
+    pub(super) async fn refresh_scripted(
         &self,
         keys: &[String],
         token: &str,
@@ -217,7 +227,7 @@ impl<T: Transport> Protocol<T> {
 
     /// One script call per 500 leases (on a cluster: per slot, and per 500
     /// leases in it), all sent at once.
-    pub(in crate::backend) async fn refresh_many(
+    pub(super) async fn refresh_many_scripted(
         &self,
         requests: &[RefreshRequest<'_>],
     ) -> Vec<Result<bool, LockError>> {
@@ -269,7 +279,7 @@ impl<T: Transport> Protocol<T> {
         refreshed(reply, requests, self.name())
     }
 
-    pub(in crate::backend) async fn release(
+    pub(super) async fn release_scripted(
         &self,
         keys: &[String],
         token: &str,
@@ -290,7 +300,7 @@ impl<T: Transport> Protocol<T> {
         Ok(done == 1)
     }
 
-    pub(in crate::backend) async fn remaining(
+    pub(super) async fn remaining_scripted(
         &self,
         keys: &[String],
         token: &str,
@@ -315,7 +325,7 @@ impl<T: Transport> Protocol<T> {
         self.transport.wakeups().subscribed(key)
     }
 
-    pub(in crate::backend) async fn confirm(
+    pub(super) async fn confirm_scripted(
         &self,
         key: &str,
         token: &str,

@@ -1,18 +1,26 @@
 //! One Redis server: [`RedisBackend`], one file per concern.
 
+mod capabilities;
 mod config;
 mod connect;
+mod dispatch;
 mod errors;
 mod locks;
+mod native;
 mod operate;
 mod protocol;
 pub(super) mod retry;
+mod scriptless;
+mod scriptless_lease;
+mod scriptless_operate;
 mod scripts;
 #[cfg(feature = "tls-rustls")]
 mod tls;
 mod transport;
 mod wakeups;
+mod watched;
 
+pub use self::capabilities::Scripts;
 pub use self::config::RedisConfig;
 pub(crate) use self::connect::open_manager;
 // The etcd backend's `https://` members share the process's provider.
@@ -45,8 +53,9 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
 
-use self::connect::{manager_for, preload, server_name};
+use self::connect::{SCRIPT_SOURCES, manager_for, server_name};
 use self::transport::{Acknowledged, Server};
+use self::watched::Exclusive;
 use crate::LockError;
 
 /// Locks on one Redis server.
@@ -205,19 +214,29 @@ impl RedisBackend {
         client: redis::Client,
         config: &RedisConfig,
     ) -> Self {
-        preload(conn.clone(), config.response_timeout).await;
         // The pub/sub connection goes to the server that holds the keys: when
         // it freezes, nothing can be locked anyway.
         let wakeups = Arc::new(Wakeups::new(vec![client.clone()], config, false));
+        let exclusive = Arc::new(Exclusive::new(client.clone(), config));
         let acknowledged = Arc::new(Acknowledged::new(client, config));
         let server = Server {
-            conn,
+            conn: conn.clone(),
             name,
             wakeups,
             acknowledged,
+            exclusive,
         };
+        let protocol = Protocol::new(server, config);
+        let mut probed = conn;
+        let probe = protocol.features.probe(&mut probed, &SCRIPT_SOURCES);
+        if tokio::time::timeout(config.response_timeout, probe)
+            .await
+            .is_err()
+        {
+            tracing::debug!(target: "lockmacro", "the server's scripts and commands not probed in time");
+        }
         RedisBackend {
-            protocol: Arc::new(Protocol::new(server, config)),
+            protocol: Arc::new(protocol),
         }
     }
 

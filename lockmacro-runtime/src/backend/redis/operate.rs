@@ -18,7 +18,7 @@ use crate::error::{BackendError, BackendErrorKind};
 const NOBODY: &str = "--------------------------------";
 
 impl<T: Transport> Protocol<T> {
-    pub(in crate::backend) async fn inspect(
+    pub(super) async fn inspect_scripted(
         &self,
         key: &str,
         fence_key: &str,
@@ -37,7 +37,7 @@ impl<T: Transport> Protocol<T> {
         })
     }
 
-    pub(in crate::backend) async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+    pub(super) async fn force_release_scripted(&self, key: &str) -> Result<bool, LockError> {
         let keys = [key.to_owned()];
         self.transport.check(&keys, None)?;
         let args = [NOBODY.to_owned(), T::COMPANIONS.flag(key)];
@@ -57,7 +57,7 @@ impl<T: Transport> Protocol<T> {
         Ok(keys)
     }
 
-    pub(in crate::backend) async fn downgrade(
+    pub(super) async fn downgrade_scripted(
         &self,
         key: &str,
         token: &str,

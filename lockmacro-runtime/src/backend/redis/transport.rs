@@ -17,6 +17,7 @@ use super::protocol::Companions;
 use super::retry::Policy;
 use super::scripts::Load;
 use super::wakeups::Wakeups;
+use super::watched::Exclusive;
 use crate::LockError;
 
 /// How the lock protocol reaches its keys: a single server, or the master of
@@ -70,6 +71,12 @@ pub(in crate::backend) trait Transport: Send + Sync + 'static {
 
     /// Every key matching `pattern` (`SCAN MATCH`), on each master.
     fn scan(&self, pattern: &str) -> impl Future<Output = Result<Vec<String>, LockError>> + Send;
+
+    /// The connections of `WATCH`/`MULTI`/`EXEC` transactions, for the
+    /// protocol without scripts; `None` where it is not available.
+    fn exclusive(&self) -> Option<&Exclusive> {
+        None
+    }
 }
 
 /// One Redis server, through a reconnecting connection.
@@ -80,6 +87,7 @@ pub(in crate::backend) struct Server {
     pub(super) name: String,
     pub(super) wakeups: Arc<Wakeups>,
     pub(super) acknowledged: Arc<Acknowledged>,
+    pub(super) exclusive: Arc<Exclusive>,
 }
 
 /// What opens the connection of the acquires that wait for replicas, and
@@ -151,6 +159,10 @@ impl Transport for Server {
 
     fn wakeups(&self) -> &Arc<Wakeups> {
         &self.wakeups
+    }
+
+    fn exclusive(&self) -> Option<&Exclusive> {
+        Some(&self.exclusive)
     }
 
     async fn scan(&self, pattern: &str) -> Result<Vec<String>, LockError> {

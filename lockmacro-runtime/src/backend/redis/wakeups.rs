@@ -21,7 +21,7 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const FAIR_LINGER: Duration = Duration::from_secs(1);
 
 /// The channel on which `release.lua` announces the release of `key`.
-fn release_channel(key: &str) -> String {
+pub(super) fn release_channel(key: &str) -> String {
     format!("lockmacro:released:{key}")
 }
 

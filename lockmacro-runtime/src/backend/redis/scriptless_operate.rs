@@ -1,0 +1,140 @@
+//! What an operator does to a key without scripts: see what holds it, and
+//! clear it, as `inspect.lua` and `force_release.lua` do.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{RedisResult, Value};
+
+use super::errors::Failure;
+use super::locks::Protocol;
+use super::protocol::kind_of;
+use super::scriptless::{Found, Shares, shares_at, unwatch};
+use super::transport::Transport;
+use super::wakeups::release_channel;
+use crate::backend::{HeldAs, Holder, Inspection, TOKEN_LEN};
+use crate::{KeyKind, LockError};
+
+impl<T: Transport> Protocol<T> {
+    /// What holds `key`, and its fence counter's last token. Fair waiters
+    /// are not counted: without scripts there are none.
+    pub(in crate::backend) async fn inspect_scriptless(
+        &self,
+        key: &str,
+        fence_key: &str,
+    ) -> Result<Inspection, LockError> {
+        let keys = [key.to_owned(), fence_key.to_owned()];
+        let what = || format!("inspect `{key}`");
+        let read = &mut redis::pipe();
+        read.atomic()
+            .ignore_errors()
+            .cmd("GET")
+            .arg(key)
+            .cmd("PTTL")
+            .arg(key)
+            .cmd("GET")
+            .arg(fence_key);
+        let read = &*read;
+        let (value, left, fence): (Value, i64, Value) = self
+            .send(self.transport.conn(), &keys, |mut conn| async move {
+                read.query_async(&mut conn).await
+            })
+            .await
+            .map_err(|failure| failure.into_error(self.name(), &what()))?;
+        let mut seen = Inspection::free();
+        seen.fence = match Found::of(&fence) {
+            Found::Text(fence) => fence.parse().ok(),
+            _ => None,
+        };
+        match Found::of(&value) {
+            Found::Free => {}
+            Found::Text(value) => {
+                seen.kind = Some(KeyKind::Lock);
+                let metadata = value.get(TOKEN_LEN..).unwrap_or_default();
+                let remaining = u64::try_from(left).ok().map(Duration::from_millis);
+                seen.holders
+                    .push(Holder::new(HeldAs::Lock, metadata, remaining));
+            }
+            Found::NotText => {
+                let key = &keys[0];
+                let shares = self
+                    .send(self.transport.conn(), &keys, |mut conn| async move {
+                        shares_at(&mut conn, key).await
+                    })
+                    .await
+                    .map_err(|failure| failure.into_error(self.name(), &what()))?;
+                if let (Shares::Live(code), live, now) = shares {
+                    seen.kind = kind_of(code);
+                    for (member, expires) in live {
+                        let held_as = if member.starts_with("w:") {
+                            HeldAs::Write
+                        } else if code == 0 {
+                            HeldAs::Read
+                        } else {
+                            HeldAs::Permit
+                        };
+                        let remaining = u64::try_from(expires - now).ok();
+                        let remaining = remaining.map(Duration::from_millis);
+                        seen.holders.push(Holder::new(held_as, "", remaining));
+                    }
+                }
+            }
+        }
+        Ok(seen)
+    }
+
+    /// Deletes every lease on `key`, whoever holds it, and wakes its
+    /// waiters; another client's data is left alone.
+    pub(in crate::backend) async fn force_release_scriptless(
+        &self,
+        key: &str,
+    ) -> Result<bool, LockError> {
+        let exclusive = self.exclusive("force-release", key)?;
+        exclusive
+            .run(|conn| force_round(conn, key))
+            .await
+            .map_err(|err| {
+                let what = format!("force-release `{key}`");
+                Failure::Redis(err).into_error(self.name(), &what).into()
+            })
+    }
+}
+
+async fn force_round(mut conn: MultiplexedConnection, key: &str) -> RedisResult<Option<bool>> {
+    let (_, value): ((), Value) = redis::pipe()
+        .ignore_errors()
+        .cmd("WATCH")
+        .arg(key)
+        .cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await?;
+    let held = match Found::of(&value) {
+        Found::Free => false,
+        Found::Text(_) => true,
+        Found::NotText => matches!(shares_at(&mut conn, key).await?.0, Shares::Live(_)),
+    };
+    if !held {
+        unwatch(&mut conn).await?;
+        return Ok(Some(false));
+    }
+    let done: Option<Value> = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg(key)
+        .ignore()
+        .query_async(&mut conn)
+        .await?;
+    if done.is_none() {
+        return Ok(None);
+    }
+    let published = redis::cmd("PUBLISH")
+        .arg(release_channel(key))
+        .arg("")
+        .query_async::<Value>(&mut conn)
+        .await;
+    if let Err(err) = published {
+        tracing::debug!(target: "lockmacro", key, error = %err, "forced release not announced");
+    }
+    Ok(Some(true))
+}
