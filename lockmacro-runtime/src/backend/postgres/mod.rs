@@ -294,8 +294,20 @@ impl PostgresBackend {
 
     /// Runs `sql` (one simple query) and returns its rows, within the
     /// response timeout.
+    ///
+    /// A statement whose session the server ended under it (an operator's
+    /// `pg_terminate_backend`, a server shutting down) is sent once more,
+    /// on another connection: the server rolled it back, and every
+    /// statement sent here may be sent twice (an acquire that went through
+    /// is taken as its own retry, a refresh or a release by token again).
     async fn rows(&self, what: &str, sql: String) -> Result<Vec<PgRow>, LockError> {
-        let query = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_all(&self.pool);
+        let send = || sqlx::raw_sql(AssertSqlSafe(sql.as_str())).fetch_all(&self.pool);
+        let query = async {
+            match send().await {
+                Err(err) if session_ended(&err) => send().await,
+                answer => answer,
+            }
+        };
         match tokio::time::timeout(self.config.response_timeout, query).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(err)) => Err(self.error(what, err)),
@@ -325,6 +337,13 @@ impl PostgresBackend {
     fn unexpected(&self, what: &str, reply: impl std::fmt::Display) -> LockError {
         unexpected(&self.server, what, reply).into()
     }
+}
+
+/// Whether the server ended the session that ran a statement, which it
+/// then rolled back: `admin_shutdown` or `crash_shutdown`.
+fn session_ended(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db)
+        if matches!(db.code().as_deref(), Some("57P01" | "57P02")))
 }
 
 fn parse(url: &str) -> Result<PgConnectOptions, LockError> {
