@@ -76,7 +76,7 @@ impl Kind {
     pub const fn has(self, capability: Capability) -> bool {
         use Capability::*;
         match self {
-            Kind::Redis | Kind::Valkey => matches!(
+            Kind::Redis | Kind::Valkey | Kind::Sentinel => matches!(
                 capability,
                 FairQueue
                     | Shares
@@ -94,17 +94,6 @@ impl Kind {
             Kind::Redlock => matches!(
                 capability,
                 SeveralSlots | ShortLeases | Servers | Inspect | List
-            ),
-            Kind::Sentinel => matches!(
-                capability,
-                FairQueue
-                    | Shares
-                    | SeveralSlots
-                    | ShortLeases
-                    | Servers
-                    | Replicas
-                    | Inspect
-                    | List
             ),
             Kind::Memory => matches!(
                 capability,

@@ -26,6 +26,17 @@ macro_rules! either {
 }
 
 impl<T: Transport> Protocol<T> {
+    /// Without scripts, what the scripts check before they touch a key:
+    /// keys the transport can send together (else the error), and a token
+    /// of this library's length (else it holds nothing: `false`).
+    fn may_hold(&self, keys: &[String], token: &str) -> Result<bool, LockError> {
+        if self.features.scripted() {
+            return Ok(true);
+        }
+        self.transport.check(keys, None)?;
+        Ok(token.len() == TOKEN_LEN)
+    }
+
     pub(in crate::backend) async fn acquire(
         &self,
         req: AcquireRequest<'_>,
@@ -44,11 +55,8 @@ impl<T: Transport> Protocol<T> {
         token: &str,
         ttl: Duration,
     ) -> Result<bool, LockError> {
-        if !self.features.scripted() {
-            self.transport.check(keys, None)?;
-            if token.len() != TOKEN_LEN {
-                return Ok(false);
-            }
+        if !self.may_hold(keys, token)? {
+            return Ok(false);
         }
         either!(
             self,
@@ -84,11 +92,8 @@ impl<T: Transport> Protocol<T> {
         keys: &[String],
         token: &str,
     ) -> Result<bool, LockError> {
-        if !self.features.scripted() {
-            self.transport.check(keys, None)?;
-            if token.len() != TOKEN_LEN {
-                return Ok(false);
-            }
+        if !self.may_hold(keys, token)? {
+            return Ok(false);
         }
         either!(
             self,
@@ -102,11 +107,8 @@ impl<T: Transport> Protocol<T> {
         keys: &[String],
         token: &str,
     ) -> Result<Option<Duration>, LockError> {
-        if !self.features.scripted() {
-            self.transport.check(keys, None)?;
-            if token.len() != TOKEN_LEN {
-                return Ok(None);
-            }
+        if !self.may_hold(keys, token)? {
+            return Ok(None);
         }
         either!(
             self,

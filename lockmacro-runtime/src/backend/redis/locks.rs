@@ -93,6 +93,36 @@ impl<T: Transport> Protocol<T> {
         })
     }
 
+    /// A plain lock's one `SET … NX PX … GET`, with scripts or without:
+    /// the answer when it decides, `None` when the key holds shares (a set,
+    /// a hash), which the caller's full acquire reads and may take.
+    pub(super) async fn plain_attempt(
+        &self,
+        req: &AcquireRequest<'_>,
+    ) -> Result<Option<Acquired>, LockError> {
+        let set = &plain_set(req);
+        let previous: Result<Option<String>, Failure> = self
+            .send(self.transport.conn(), req.keys, |mut conn| async move {
+                set.query_async(&mut conn).await
+            })
+            .await;
+        match previous {
+            Ok(previous) => match plain_outcome(req, previous) {
+                Some(Acquired::Busy { holder, .. }) => Ok(Some(Acquired::Busy {
+                    index: 0,
+                    remaining: self.holder_left(&req.keys[0]).await,
+                    holder,
+                })),
+                other => Ok(other),
+            },
+            Err(Failure::Redis(err)) if err.code() == Some("WRONGTYPE") => Ok(None),
+            Err(failure) => {
+                let what = format!("obtain `{}`", req.keys[0]);
+                Err(failure.into_error(self.name(), &what).into())
+            }
+        }
+    }
+
     pub(super) async fn acquire_scripted(
         &self,
         req: AcquireRequest<'_>,
@@ -101,34 +131,10 @@ impl<T: Transport> Protocol<T> {
         if req.replicas > 0 {
             return self.acquire_acknowledged(req).await;
         }
-        if req.is_plain() {
-            let set = &plain_set(&req);
-            let previous: Result<Option<String>, Failure> = self
-                .send(self.transport.conn(), req.keys, |mut conn| async move {
-                    set.query_async(&mut conn).await
-                })
-                .await;
-            match previous {
-                Ok(previous) => match plain_outcome(&req, previous) {
-                    Some(Acquired::Busy { holder, .. }) => {
-                        return Ok(Acquired::Busy {
-                            index: 0,
-                            remaining: self.holder_left(&req.keys[0]).await,
-                            holder,
-                        });
-                    }
-                    Some(plain) => return Ok(plain),
-                    None => {}
-                },
-                // A set of shares (a semaphore or a read-write lock): the
-                // script below reads what it is, and takes it if none of
-                // its shares is live any more.
-                Err(Failure::Redis(err)) if err.code() == Some("WRONGTYPE") => {}
-                Err(failure) => {
-                    let what = format!("obtain `{}`", req.keys[0]);
-                    return Err(failure.into_error(self.name(), &what).into());
-                }
-            }
+        if req.is_plain()
+            && let Some(done) = self.plain_attempt(&req).await?
+        {
+            return Ok(done);
         }
         let companions = T::COMPANIONS;
         if req.queue_for.is_some() && companions.queue(&req.keys[0]).is_empty() {

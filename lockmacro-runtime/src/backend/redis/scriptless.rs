@@ -16,7 +16,7 @@ use redis::{RedisResult, Value};
 use super::capabilities::Scripts;
 use super::errors::Failure;
 use super::locks::Protocol;
-use super::protocol::{kind_of, millis, plain_outcome, plain_set, pttl};
+use super::protocol::{kind_of, millis, pttl};
 use super::transport::Transport;
 use super::watched::Exclusive;
 use crate::LockError;
@@ -180,28 +180,10 @@ impl<T: Transport> Protocol<T> {
             ));
         }
         let what = || format!("obtain `{}`", req.keys.join("`, `"));
-        if req.is_plain() {
-            let set = &plain_set(&req);
-            let previous: Result<Option<String>, Failure> = self
-                .send(self.transport.conn(), req.keys, |mut conn| async move {
-                    set.query_async(&mut conn).await
-                })
-                .await;
-            match previous {
-                Ok(previous) => match plain_outcome(&req, previous) {
-                    Some(Acquired::Busy { holder, .. }) => {
-                        return Ok(Acquired::Busy {
-                            index: 0,
-                            remaining: self.holder_left(key).await,
-                            holder,
-                        });
-                    }
-                    Some(plain) => return Ok(plain),
-                    None => {}
-                },
-                Err(Failure::Redis(err)) if err.code() == Some("WRONGTYPE") => {}
-                Err(failure) => return Err(failure.into_error(self.name(), &what()).into()),
-            }
+        if req.is_plain()
+            && let Some(done) = self.plain_attempt(&req).await?
+        {
+            return Ok(done);
         }
         let exclusive = self.exclusive("obtain", key)?;
         exclusive
