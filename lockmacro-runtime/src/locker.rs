@@ -1,6 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::Either;
 use tracing::Instrument;
 
 use crate::backend::Backend;
@@ -311,13 +312,19 @@ impl Locker {
     /// With the default options this tries once and fails with
     /// [`LockError::NotObtained`] when someone else holds the key; give a
     /// [`RetryStrategy`](crate::RetryStrategy) to wait.
-    pub async fn obtain(
-        &self,
+    ///
+    /// The key is copied when this is called: the future borrows the
+    /// locker only.
+    pub fn obtain<'a>(
+        &'a self,
         key: &str,
         ttl: Duration,
         opts: ObtainOptions,
-    ) -> Result<Lock, LockError> {
-        self.obtain_many([key], ttl, opts).await
+    ) -> impl Future<Output = Result<Lock, LockError>> + Send + use<'a> {
+        // Not an `async fn`: one would be a layer around `obtain_keys`
+        // holding its own copy of the options, and every obtain's future
+        // (copied as it starts) would grow by it.
+        self.obtain_keys(vec![key.to_owned()], ttl, opts)
     }
 
     /// Takes every key in `keys` for `ttl`, or none of them.
@@ -341,36 +348,56 @@ impl Locker {
     /// locker.obtain("account:1", ttl, ObtainOptions::default()).await?;
     /// # drop(held); Ok(()) }
     /// ```
-    pub async fn obtain_many(
+    pub fn obtain_many(
         &self,
         keys: impl IntoIterator<Item = impl AsRef<str>>,
         ttl: Duration,
         opts: ObtainOptions,
-    ) -> Result<Lock, LockError> {
+    ) -> impl Future<Output = Result<Lock, LockError>> + Send {
+        // The keys are copied here, as `obtain` copies its key.
         let keys: Vec<String> = keys
             .into_iter()
             .map(|key| key.as_ref().to_owned())
             .collect();
-        self.obtain_keys(keys, ttl, opts).await
+        self.obtain_keys(keys, ttl, opts)
     }
 
     /// [`obtain_many`](Locker::obtain_many) of keys already owned, as
-    /// `hold` has them.
-    pub(crate) async fn obtain_keys(
+    /// `hold` has them. The keys and durations are checked when this is
+    /// called, and a refusal is the future's answer: it saves every obtain's
+    /// future a layer (and a copy) around the wait.
+    pub(crate) fn obtain_keys(
         &self,
         mut keys: Vec<String>,
         ttl: Duration,
         opts: ObtainOptions,
-    ) -> Result<Lock, LockError> {
+    ) -> impl Future<Output = Result<Lock, LockError>> + Send + use<'_> {
         keys.sort_unstable();
         keys.dedup();
+        match self.check_obtain(&keys, ttl, &opts) {
+            Ok(()) => {
+                let span =
+                    tracing::debug_span!(target: "lockmacro", "obtain", key = %Joined(&keys), ?ttl);
+                Either::Left(self.obtain_sorted(keys, ttl, opts).instrument(span))
+            }
+            Err(err) => Either::Right(std::future::ready(Err(err))),
+        }
+    }
+
+    /// Refuses sorted `keys`, a `ttl` or options that no obtain can take.
+    fn check_obtain(
+        &self,
+        keys: &[String],
+        ttl: Duration,
+        opts: &ObtainOptions,
+    ) -> Result<(), LockError> {
         let Some(first) = keys.first() else {
             return Err(LockError::InvalidKey {
                 key: String::new(),
                 reason: "no keys given; pass at least one key".into(),
             });
         };
-        for key in &keys {
+        for key in keys {
             check_key(key)?;
         }
         check_duration(first, "ttl", ttl)?;
@@ -389,8 +416,7 @@ impl Locker {
         if let Some(hold) = opts.max_hold {
             check_duration(first, "max_hold", hold)?;
         }
-        let span = tracing::debug_span!(target: "lockmacro", "obtain", key = %Joined(&keys), ?ttl);
-        self.obtain_sorted(keys, ttl, opts).instrument(span).await
+        Ok(())
     }
 
     /// Refuses, before anything is sent, what the keys and options cannot
@@ -426,11 +452,16 @@ impl Locker {
             ttl,
             opts,
         );
+        // A local the wait borrows, rather than moved into its future: that
+        // future is then a third of the size, and every obtain's future,
+        // which is copied as it starts, with it.
+        let mut wait = Wait::new(&request, self.namespace());
         let lease = tokio::select! {
             biased;
-            lease = Wait::new(&request, self.namespace()).run() => lease?,
+            lease = wait.run() => lease?,
             () = registry.closing() => return Err(shut_down(request.key())),
         };
+        drop(wait);
         if !registry.admit(lease.id, Arc::<Lease>::downgrade(&lease)) {
             // Obtained as the locker shut down: given back at once.
             let _ = lease.release().await;

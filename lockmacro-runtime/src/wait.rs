@@ -194,7 +194,7 @@ impl<'a> Wait<'a> {
 
     /// Attempts, pauses and listens until the keys are this call's or the
     /// retry strategy gives up.
-    pub(crate) async fn run(mut self) -> Result<Arc<Lease>, LockError> {
+    pub(crate) async fn run(&mut self) -> Result<Arc<Lease>, LockError> {
         self.listen_ahead().await;
         loop {
             let busy = match self.attempt().await? {
@@ -209,7 +209,10 @@ impl<'a> Wait<'a> {
                 .take_if(|(listened, _)| *listened == busy.index)
             {
                 Some((_, listener)) => {
-                    if let Some(lease) = self.hear(listener, &busy, pause).await? {
+                    // Boxed: only a waiter listens, and inline its state
+                    // would double every obtain's future, which is copied
+                    // as the obtain starts.
+                    if let Some(lease) = Box::pin(self.hear(listener, &busy, pause)).await? {
                         return Ok(lease);
                     }
                 }

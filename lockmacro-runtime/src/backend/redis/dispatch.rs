@@ -12,7 +12,10 @@ use crate::LockError;
 use crate::backend::{AcquireRequest, Acquired, Inspection, RefreshRequest, TOKEN_LEN};
 
 /// Runs `$scripted` while the backend uses scripts; `$scriptless` when it
-/// does not, or when the server just refused the script.
+/// does not, or when the server just refused the script. The script-free
+/// call is boxed: its `WATCH` transaction's state is several times the
+/// script call's, and inline it would be the size of every call's future,
+/// which the backend's own box then copies on every obtain and release.
 macro_rules! either {
     ($self:ident, $scripted:expr, $scriptless:expr) => {{
         if $self.features.scripted() {
@@ -21,7 +24,7 @@ macro_rules! either {
                 other => return other,
             }
         }
-        $scriptless.await
+        Box::pin($scriptless).await
     }};
 }
 

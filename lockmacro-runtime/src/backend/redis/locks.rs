@@ -58,17 +58,17 @@ impl<T: Transport> Protocol<T> {
     }
 
     /// Runs `attempt` on `conn`, and again as the transport's policy says.
-    pub(super) async fn send<R, F, Fut>(
-        &self,
-        conn: &T::Conn,
+    pub(super) fn send<'a, R, F, Fut>(
+        &'a self,
+        conn: &'a T::Conn,
         keys: &[String],
         attempt: F,
-    ) -> Result<R, Failure>
+    ) -> impl Future<Output = Result<R, Failure>> + use<'a, R, F, Fut, T>
     where
         F: FnMut(T::Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<R>>,
     {
-        retry::follow(self.transport.policy(conn, keys), attempt).await
+        retry::follow(self.transport.policy(conn, keys), attempt)
     }
 
     /// Calls `lua` with `keys` and `args`; `what` names the call in errors.
@@ -110,7 +110,8 @@ impl<T: Transport> Protocol<T> {
             Ok(previous) => match plain_outcome(req, previous) {
                 Some(Acquired::Busy { holder, .. }) => Ok(Some(Acquired::Busy {
                     index: 0,
-                    remaining: self.holder_left(&req.keys[0]).await,
+                    // Boxed, as the busy path alone asks.
+                    remaining: Box::pin(self.holder_left(&req.keys[0])).await,
                     holder,
                 })),
                 other => Ok(other),
@@ -129,13 +130,23 @@ impl<T: Transport> Protocol<T> {
     ) -> Result<Acquired, LockError> {
         self.transport.check(req.keys, req.fence_key)?;
         if req.replicas > 0 {
-            return self.acquire_acknowledged(req).await;
+            // Boxed: its pipeline's state would otherwise double the size of
+            // every acquire's future, which the backend's box copies.
+            return Box::pin(self.acquire_acknowledged(req)).await;
         }
         if req.is_plain()
             && let Some(done) = self.plain_attempt(&req).await?
         {
             return Ok(done);
         }
+        // Boxed, so that a plain lock's acquire, the most frequent, carries
+        // only the plain attempt's state.
+        Box::pin(self.acquire_script(req)).await
+    }
+
+    /// The acquire script: a fair, shared or fenced lock, several keys, or
+    /// a plain lock whose key holds shares.
+    async fn acquire_script(&self, req: AcquireRequest<'_>) -> Result<Acquired, LockError> {
         let companions = T::COMPANIONS;
         if req.queue_for.is_some() && companions.queue(&req.keys[0]).is_empty() {
             return Err(LockError::InvalidKey {

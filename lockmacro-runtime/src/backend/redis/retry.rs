@@ -6,6 +6,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures_util::FutureExt;
+use futures_util::future::Either;
 use tokio::time::Instant;
 
 /// The pause before another try after a failover's passing error: whoever
@@ -47,6 +49,11 @@ pub(in crate::backend) trait Policy {
 
 /// Sends `attempt` to the policy's target until it succeeds, fails in a way
 /// the policy does not retry, or the policy's deadline passes.
+///
+/// The first attempt is awaited here and the tries after a failure in
+/// [`again`], boxed: their pauses and reconnection would otherwise make
+/// every call's future several times the size of the attempt, and each
+/// obtain and release copy that future into the backend's box.
 pub(in crate::backend) async fn follow<T, P, F, Fut>(
     mut policy: P,
     mut attempt: F,
@@ -57,16 +64,30 @@ where
     Fut: Future<Output = Result<T, P::Error>>,
 {
     let deadline = policy.deadline();
-    let mut last = None;
+    let err = match within(deadline, attempt(policy.target())).await {
+        Some(Ok(value)) => return Ok(value),
+        Some(Err(err)) if policy.retry(&err) => err,
+        Some(Err(err)) => return Err(policy.fail(err, None)),
+        None => return Err(policy.spent(None, true)),
+    };
+    Box::pin(again(policy, attempt, deadline, err)).await
+}
+
+/// [`follow`] after its first attempt failed with `err`, which the policy
+/// retries.
+async fn again<T, P, F, Fut>(
+    mut policy: P,
+    mut attempt: F,
+    deadline: Option<Instant>,
+    err: P::Error,
+) -> Result<T, P::Failure>
+where
+    P: Policy,
+    F: FnMut(P::Target) -> Fut,
+    Fut: Future<Output = Result<T, P::Error>>,
+{
+    let mut last = Some(err);
     loop {
-        let outcome = within(deadline, attempt(policy.target())).await;
-        let err = match outcome {
-            Some(Ok(value)) => return Ok(value),
-            Some(Err(err)) if policy.retry(&err) => err,
-            Some(Err(err)) => return Err(policy.fail(err, last)),
-            None => return Err(policy.spent(last, true)),
-        };
-        last = Some(err);
         loop {
             if deadline.is_some_and(|deadline| Instant::now() + FOLLOW_PAUSE >= deadline) {
                 return Err(policy.spent(last, false));
@@ -85,13 +106,26 @@ where
                 None => return Err(policy.spent(last, false)),
             }
         }
+        let outcome = within(deadline, attempt(policy.target())).await;
+        let err = match outcome {
+            Some(Ok(value)) => return Ok(value),
+            Some(Err(err)) if policy.retry(&err) => err,
+            Some(Err(err)) => return Err(policy.fail(err, last)),
+            None => return Err(policy.spent(last, true)),
+        };
+        last = Some(err);
     }
 }
 
-/// `future`'s output, or `None` when `deadline` passed first.
-async fn within<T>(deadline: Option<Instant>, future: impl Future<Output = T>) -> Option<T> {
+/// `future`'s output, or `None` when `deadline` passed first. Not an
+/// `async fn`: one would keep `future` beside the timeout that took it,
+/// twice the size of either.
+fn within<T>(
+    deadline: Option<Instant>,
+    future: impl Future<Output = T>,
+) -> impl Future<Output = Option<T>> {
     match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
-        None => Some(future.await),
+        Some(deadline) => Either::Left(tokio::time::timeout_at(deadline, future).map(Result::ok)),
+        None => Either::Right(future.map(Some)),
     }
 }
