@@ -125,7 +125,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "waiters.lua",
-        "66d7d144f0ac615d9f07f7e732b548e73b29106758684eb802c19f0b511f19bf",
+        "cfb28fb2e23c533aedf2a4aad104b216bfe3d5adcf2d28913c7fc41616aa9e95",
         &["Plain", "Fair"],
     ),
 ];

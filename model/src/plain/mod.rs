@@ -97,7 +97,7 @@ impl Plain {
         }
     }
 
-    /// `waiters.lua`, `mark_waiting`: lines 49-53.
+    /// `waiters.lua`, `mark_waiting`: lines 51-55.
     fn mark_waiting(s: &mut PlainState, until: u8) {
         if s.flag.is_none_or(|expires| expires < until) {
             s.flag = Some(until);

@@ -228,7 +228,7 @@ impl<T: Transport> Protocol<T> {
                     let left: i64 = redis::from_redis_value_ref(&read[2 * i + 1]).unwrap_or(-1);
                     let held = Held {
                         key,
-                        marked: value.ends_with(WAITED_MARK),
+                        value: &value,
                         left,
                     };
                     return self.busy(&mut conn, &flags, &read[2 * n..], i, held).await;
@@ -339,9 +339,10 @@ impl<T: Transport> Protocol<T> {
             .get(index)
             .and_then(|value| redis::from_redis_value_ref::<i64>(value).ok())
             .unwrap_or(-2);
+        let marked = held.value.ends_with(WAITED_MARK);
         let Some(flag) = flags
             .get(index)
-            .filter(|flag| !flag.is_empty() && (flag_left < wanted || !held.marked))
+            .filter(|flag| !flag.is_empty() && (flag_left < wanted || !marked))
         else {
             unwatch(conn).await?;
             return Ok(Some(Ok(outcome)));
@@ -357,9 +358,15 @@ impl<T: Transport> Protocol<T> {
                 .arg(wanted)
                 .ignore();
         }
-        if !held.marked {
-            // APPEND keeps the key's expiry.
-            write.cmd("APPEND").arg(held.key).arg(WAITED_MARK).ignore();
+        if !marked {
+            // The value read under WATCH, marked; KEEPTTL keeps the
+            // holder's expiry.
+            write
+                .cmd("SET")
+                .arg(held.key)
+                .arg(format!("{}{WAITED_MARK}", held.value))
+                .arg("KEEPTTL")
+                .ignore();
         }
         let done: Option<Value> = write.query_async(&mut *conn).await?;
         Ok(done.map(|_| Ok(outcome)))
@@ -369,8 +376,8 @@ impl<T: Transport> Protocol<T> {
 /// A key an attempt found held by another owner.
 struct Held<'a> {
     key: &'a str,
-    /// Its value ends with `WAITED_MARK`.
-    marked: bool,
+    /// Its value, as read under `WATCH`.
+    value: &'a str,
     /// The holder's remaining lease in ms, as `PTTL` answers it.
     left: i64,
 }

@@ -18,9 +18,11 @@
 --
 -- mark_held(key, value) is called with it when a lock holds the key
 -- (`value`, as just read): it appends MARK to the value unless it ends with
--- it already (APPEND keeps the key's expiry). So is every write of a value
--- that waiters are known to wait behind: a fair hand-off (grant.lua), a
--- fair waiter taking the key with others still in line (acquire_fair.lua).
+-- it already, by SET with KEEPTTL, which keeps the key's expiry (SET rather
+-- than APPEND: no command beyond those the user was granted before). So
+-- is every write of a value that waiters are known to wait behind: a fair
+-- hand-off (grant.lua), a fair waiter taking the key with others still in
+-- line (acquire_fair.lua).
 --
 -- A release of one lock reads the flag only when the value ends with MARK
 -- (release_plain.lua): a value without it was never found busy by a waiter
@@ -54,7 +56,7 @@ end
 
 local function mark_held(key, value)
   if string.sub(value, -1) ~= MARK then
-    redis.call('APPEND', key, MARK)
+    redis.call('SET', key, value .. MARK, 'KEEPTTL')
   end
 end
 
