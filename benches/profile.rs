@@ -76,6 +76,8 @@ enum Variant {
     Attribute,
     /// `Locker::obtain` + `Lock::release` on 64 tasks sharing one `Locker`.
     Tasks,
+    /// The floor on 64 tasks sharing one connection.
+    FloorTasks,
     /// rslock on three masters.
     RslockRedlock,
     /// `Locker::redlock` on three masters.
@@ -124,7 +126,7 @@ enum Client {
 impl Client {
     async fn connect(variant: Variant, urls: &[String]) -> Result<Client, BoxError> {
         Ok(match variant {
-            Variant::Floor => {
+            Variant::Floor | Variant::FloorTasks => {
                 let client = redis::Client::open(urls[0].as_str())?;
                 let conn = client.get_multiplexed_async_connection().await?;
                 Client::Floor(conn, Script::new(CAD))
@@ -175,7 +177,7 @@ impl Client {
     /// About `n` cycles: on one task, or for `tasks`, on 64 at once; how
     /// many were made.
     async fn run(&self, variant: Variant, n: usize) -> Result<usize, BoxError> {
-        if variant != Variant::Tasks {
+        if !matches!(variant, Variant::Tasks | Variant::FloorTasks) {
             self.cycles(variant, "profile:s1", n).await?;
             return Ok(n);
         }

@@ -64,8 +64,9 @@ impl Request {
     ) -> Self {
         // A uuid v4 from the thread's generator (ChaCha, seeded by the OS),
         // rather than `Uuid::new_v4`, which asks the OS for every one: a
-        // system call per obtain.
-        let uuid = uuid::Builder::from_random_bytes(rand::random())
+        // system call per obtain. Drawn as one `u128`: an array of bytes is
+        // drawn byte by byte, a word of the generator each.
+        let uuid = uuid::Builder::from_random_bytes(rand::random::<u128>().to_ne_bytes())
             .into_uuid()
             .simple();
         let mut token = [0u8; TOKEN_LEN];

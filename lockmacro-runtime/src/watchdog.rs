@@ -1,12 +1,12 @@
 //! One task per [`Locker`](crate::Locker) keeps every watched lease alive.
 //!
-//! The task runs only while some lease is watched: it exits at its first
-//! wake-up after the last one is released or dropped (at the latest when
-//! that lease was to be looked at next), and is started again by the next
-//! registration. A release does not wake it to exit, and a registration
-//! wakes it only when its lease comes before the task's timer: a locker that
-//! takes and releases one lock after another neither starts a task nor
-//! wakes one for each.
+//! The task runs only while some lease is watched, and [`LINGER`] after:
+//! at its first wake-up after the last one is released or dropped (at the
+//! latest when that lease was to be looked at next) it waits that long for
+//! another, then exits, and is started again by the next registration. A
+//! release does not wake it, and a registration wakes it only when its lease
+//! comes before the task's timer: a locker that takes and releases one lock
+//! after another neither starts a task nor wakes one for each.
 //!
 //! Leases wait in one queue ordered by when the task must look at them next:
 //! their next refresh, or their local deadline if that comes first.
@@ -46,6 +46,11 @@ const COALESCE: Duration = Duration::from_millis(10);
 /// How long to sleep when nothing is queued (the task exits first, unless a
 /// refresh is in flight).
 const IDLE: Duration = Duration::from_secs(3600);
+
+/// How long the task waits for a lease once it has none, before it exits:
+/// locks held one after another, each for less than this, share one task
+/// rather than each starting one.
+const LINGER: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
@@ -208,17 +213,24 @@ impl Watchdog {
 
     async fn run(self: Arc<Self>) {
         let mut in_flight = JoinSet::new();
+        let mut lingered = false;
         loop {
             let next = {
                 let mut state = self.state();
                 // Looked at after `start_due`, which may have declared the
                 // last leases lost: nobody would wake the task after that.
-                let next = start_due(&mut state, &mut in_flight);
+                let mut next = start_due(&mut state, &mut in_flight);
                 if state.leases.is_empty() {
-                    // Refreshes still in flight belong to leases that are gone:
-                    // dropping the set aborts them.
-                    state.running = false;
-                    return;
+                    if lingered || state.stopped {
+                        // Refreshes still in flight belong to leases that are
+                        // gone: dropping the set aborts them.
+                        state.running = false;
+                        return;
+                    }
+                    lingered = true;
+                    next = Instant::now() + LINGER;
+                } else {
+                    lingered = false;
                 }
                 state.wakes_at = state.tick(next);
                 next

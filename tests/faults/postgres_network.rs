@@ -14,6 +14,7 @@ use lockmacro_testkit::Fixture;
 use lockmacro_testkit::pgdb::{PostgresDb, quote};
 use lockmacro_testkit::postgres::PASSWORD;
 use lockmacro_testkit::proxy::Proxy;
+use sqlx::Connection;
 
 use crate::process::rerun_as_child;
 
@@ -187,4 +188,83 @@ async fn hold_until_killed(url: &str) {
     }
 
     job(&locker).await.unwrap();
+}
+
+/// The pid of a session of `db` that waits for a lock, once there is one
+/// other than `not`.
+async fn session_waiting_for_a_lock(db: &PostgresDb, not: Option<&str>) -> String {
+    let sql = format!(
+        "SELECT pid::text FROM pg_stat_activity WHERE datname = {} \
+         AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+        quote(db.name())
+    );
+    let found = tokio::time::timeout(HANG, async {
+        loop {
+            if let Some(pid) = db
+                .column(&sql)
+                .await
+                .into_iter()
+                .flatten()
+                .find(|pid| Some(pid.as_str()) != not)
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| db.server().fail("no session waits for the table lock"))
+}
+
+/// A statement whose session the server ends while it runs (an
+/// administrator's `pg_terminate_backend`, a shutdown) was rolled back, and
+/// is sent once more on another connection: the obtain goes through. The
+/// statement is held up at the lock table, which a transaction behind the
+/// library's back holds, so that its session is ended while it runs, not
+/// between two statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_whose_session_is_ended_while_it_runs_is_sent_again() {
+    let fx = Fixture::own_postgres().await;
+    let db = fx.postgres_db().expect("a PostgreSQL fixture");
+    let locker = fx.locker().await;
+    let mut blocker = sqlx::PgConnection::connect(&db.url())
+        .await
+        .unwrap_or_else(|err| db.server().fail(format_args!("connect: {err}")));
+    sqlx::raw_sql("BEGIN; LOCK TABLE lockmacro_locks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut blocker)
+        .await
+        .unwrap_or_else(|err| db.server().fail(format_args!("lock the table: {err}")));
+    let obtaining = tokio::spawn(async move {
+        let obtained = locker
+            .obtain("job", Duration::from_secs(30), ObtainOptions::new())
+            .await;
+        (locker, obtained)
+    });
+
+    let first = session_waiting_for_a_lock(db, None).await;
+    let ended = db
+        .column(&format!("SELECT pg_terminate_backend({first})::text"))
+        .await;
+    assert_eq!(
+        ended,
+        [Some("true".to_owned())],
+        "session {first} not ended"
+    );
+    // Sent again, on another session, which waits at the table lock too.
+    session_waiting_for_a_lock(db, Some(&first)).await;
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .unwrap_or_else(|err| db.server().fail(format_args!("unlock the table: {err}")));
+
+    let (locker, obtained) = tokio::time::timeout(HANG, obtaining)
+        .await
+        .expect("the obtain hung")
+        .expect("the obtain panicked");
+    let lock = fx.check(obtained, "the obtain whose session was ended");
+    assert!(
+        db.is_held(&locker.wire_key("job")).await,
+        "the obtain answered, but the key is not held"
+    );
+    lock.release().await.unwrap();
 }
