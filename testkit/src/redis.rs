@@ -345,6 +345,24 @@ impl RedisServer {
         panic!("{message}\n\n{}\n--- end of logs ---", logs.join("\n"))
     }
 
+    /// A connection for a witness's own reads and writes: its hang limits
+    /// are 30 s, not the client's default 500 ms response timeout, which a
+    /// stall of the test process on a loaded machine can outlast (the
+    /// witness's server is never the one frozen).
+    pub async fn witness_connection(&self) -> redis::aio::MultiplexedConnection {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(30)))
+            .set_connection_timeout(Some(Duration::from_secs(30)));
+        match self
+            .client()
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
+            Ok(conn) => conn,
+            Err(err) => self.fail(format_args!("the witness's connection: {err}")),
+        }
+    }
+
     /// A client for the server, authenticated when it was started with `--requirepass`,
     /// trusting the test CA of a TLS server.
     pub fn client(&self) -> Client {

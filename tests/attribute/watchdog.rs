@@ -20,16 +20,17 @@ pub async fn body_longer_than_the_ttl_keeps_the_lock(fixture: &Fixture) {
     let locker = fixture.locker().await;
     let contender = fixture.locker().await;
 
-    // The watchdog refreshes about every third of the ttl: a ttl of 2 s
-    // leaves it over a second to get a turn on a loaded machine (with
-    // 300 ms, leases were lost while two builds ran beside the suite).
-    #[distributed_lock(key = "report", ttl = "2s", locker = locker, guard = lease)]
+    // The watchdog refreshes about every third of the ttl: a ttl of 3 s
+    // leaves it two seconds to get a turn on a loaded machine (with 300 ms,
+    // leases were lost while two builds ran beside the suite; with 2 s, once
+    // on Redlock at a load of 10).
+    #[distributed_lock(key = "report", ttl = "3s", locker = locker, guard = lease)]
     async fn report(locker: &Locker, contender: &Locker) -> Result<u32, LockError> {
         let _ = locker;
         let mut refused = 0;
         // Three ttls long; the lease must hold all along.
         for _ in 0..15 {
-            tokio::time::sleep(Duration::from_millis(400)).await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
             let attempt = contender
                 .obtain("report", Duration::from_secs(5), ObtainOptions::new())
                 .await;
@@ -162,10 +163,13 @@ pub async fn no_task_outlives_its_lock(fixture: &Fixture) {
     let metrics = tokio::runtime::Handle::current().metrics();
     let baseline = metrics.num_alive_tasks();
 
-    #[distributed_lock(key = "job", ttl = "300ms", locker = locker)]
+    // A body longer than the ttl: the watchdog refreshes it. The ttl leaves
+    // the watchdog two thirds of a second to get a turn (with 300 ms, the
+    // lease was lost once on a loaded machine).
+    #[distributed_lock(key = "job", ttl = "1s", locker = locker)]
     async fn job(locker: &Locker) -> Result<(), LockError> {
         let _ = locker;
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(1200)).await;
         Ok(())
     }
 

@@ -239,17 +239,8 @@ async fn timed_increments(
 ) -> (i64, Vec<Section>) {
     let mut tasks = Vec::new();
     for (task, locker) in lockers.into_iter().enumerate() {
-        let client = counter.client();
+        let mut conn = counter.witness_connection().await;
         tasks.push(tokio::spawn(async move {
-            // Longer than the client's default (500 ms), which a stall of
-            // this process on a loaded machine can outlast: the counter's
-            // server is never frozen.
-            let config = redis::AsyncConnectionConfig::new()
-                .set_response_timeout(Some(Duration::from_secs(10)));
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .unwrap();
             let retry =
                 RetryStrategy::exponential(Duration::from_micros(200), Duration::from_millis(5))
                     .deadline(Duration::from_secs(60));

@@ -102,9 +102,8 @@ async fn increments(server: &RedisServer, with_lock: bool) -> i64 {
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
         let locker = server.locker().await;
-        let client = server.client();
+        let mut conn = server.witness_connection().await;
         tasks.push(tokio::spawn(async move {
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
             let retry =
                 RetryStrategy::exponential(Duration::from_micros(200), Duration::from_millis(5))
                     .deadline(Duration::from_secs(60));

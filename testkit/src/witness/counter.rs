@@ -22,10 +22,9 @@ pub async fn increments(lockers: Vec<Locker>, counter: &RedisServer, ttl: Durati
     let inside = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for locker in lockers {
-        let client = counter.client();
+        let mut conn = counter.witness_connection().await;
         let inside = inside.clone();
         tasks.push(tokio::spawn(async move {
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
             let retry =
                 RetryStrategy::exponential(Duration::from_micros(200), Duration::from_millis(5))
                     .deadline(Duration::from_secs(60));
