@@ -69,7 +69,11 @@ impl ObtainOptions {
     }
 
     /// Text stored with the lock after its token (who holds it, why).
-    /// Read it back with [`Lock::metadata`](crate::Lock::metadata).
+    /// Read it back with [`Lock::metadata`](crate::Lock::metadata). On
+    /// Redis, a waiter appends one NUL to the stored value (see
+    /// [`RedisBackend`](crate::RedisBackend)), which is never shown: metadata
+    /// that ends with a NUL itself is shown without it by `inspect` and in
+    /// a refusal.
     pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
         self.metadata = std::borrow::Cow::Owned(metadata.into());
         self

@@ -25,12 +25,12 @@ pub struct Script {
 pub const SCRIPTS: &[Script] = &[
     script(
         "acquire.lua",
-        "e9f951d39c97e7d3aa87dc92d0caf52b402bab84b3f03aa5e76da6607b93ea3c",
+        "28119d6f59355dceda1618b055d4864df87f388d32dc121694ab8960d94fc74d",
         &["Plain", "Fences", "Kinds"],
     ),
     script(
         "acquire_fair.lua",
-        "2ec383a44f8ad493f487aea2a79e107e83d551e63b137d9ae858f8a183278bca",
+        "c814522ed8be6277bdfd3e4c1b4b1338a4496b677908be66e886ac8841c41232",
         &["Fair"],
     ),
     script(
@@ -65,12 +65,12 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "grant.lua",
-        "4ba4aad498251cf6ad7607a09bb3c1285c57419001810312bdaf9e5c045514b9",
+        "6afb889033b2d2073254e9045c2bd213c0b26dc5904a6f09c8c23ef185b5271c",
         &["Fair"],
     ),
     script(
         "inspect.lua",
-        "84057369e45a546d7e7b6f37c276a9ab190a516f0b3ddfae7c6e73fc5f121812",
+        "4e802fb1f4eede72758d79efcf59d65b2dc8fe609172dbba4c9a3922db9fa4be",
         &[],
     ),
     script(
@@ -82,6 +82,11 @@ pub const SCRIPTS: &[Script] = &[
         "leases.lua",
         "f66f4afe53efcf7e77e7ee3e664bcee5bc9fbfd648a57e0e8d4757a2224f3fb1",
         &["Plain", "Fair", "Shares", "Kinds"],
+    ),
+    script(
+        "mark.lua",
+        "1817105082fe3da6a0d22646f4afddf87f4dfd730226ce19fde0f95020694e4f",
+        &["Plain", "Fair"],
     ),
     script(
         "raise_fence.lua",
@@ -110,7 +115,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "release_plain.lua",
-        "96c681743e4d355f14ef3cd86c14e2512ba68892f8c20fb3be38743eeb29c490",
+        "09b95c62828fc81878a0bd785bba9afb9a11d6ece59740b01b3367ac94fad081",
         &["Plain"],
     ),
     script(
@@ -120,7 +125,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "waiters.lua",
-        "2425dd5a421ad9ea92967d62902e7687c01e138e178ca375bffe6384b4873fe1",
+        "cfb28fb2e23c533aedf2a4aad104b216bfe3d5adcf2d28913c7fc41616aa9e95",
         &["Plain", "Fair"],
     ),
 ];

@@ -77,6 +77,15 @@ fn a_waiters_flag_set_after_the_attempt_misses_a_wake_up() {
 }
 
 #[test]
+fn a_waiter_that_does_not_mark_the_value_misses_a_wake_up() {
+    let model = plain(PlainMutations {
+        waiter_does_not_mark: true,
+        ..PlainMutations::default()
+    });
+    break_it(model, "a release wakes its waiters");
+}
+
+#[test]
 fn a_clock_slower_than_the_drift_margin_lets_two_clients_hold() {
     let model = Plain {
         max_skew: Timing::default().drift + 1,
@@ -123,6 +132,18 @@ fn a_waiters_flag_set_after_joining_the_queue_strands_a_waiter() {
         flag_after_attempt: true,
         ..FairMutations::default()
     });
+    break_it(model, "a release hands the key to a waiter in line");
+}
+
+#[test]
+fn a_grant_without_the_waiters_mark_strands_the_next_in_line() {
+    let model = Fair {
+        clients: 3,
+        ..fair(FairMutations {
+            grant_unmarked: true,
+            ..FairMutations::default()
+        })
+    };
     break_it(model, "a release hands the key to a waiter in line");
 }
 

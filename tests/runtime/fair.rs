@@ -288,12 +288,17 @@ async fn redis_granted_waiter_is_handed_the_key_and_confirms_it_once() {
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     server.expect_ok(held.release().await, "release");
     let value: String = server.cmd(&["GET", "job"]);
-    assert!(value.ends_with("next"), "the key holds {value:?}");
+    // Handed over marked (see `mark.lua`): its release looks for waiters.
+    assert!(value.ends_with("next\0"), "the key holds {value:?}");
     let lock = promptly("the waiter is handed the key", waiter)
         .await
         .expect("waiter task")
         .expect("the waiter obtains");
-    assert_eq!(value, format!("{}next", lock.token()));
+    assert_eq!(
+        value,
+        format!("{}next\0", lock.token()),
+        "confirmed, still marked"
+    );
     until_script_calls(server, 2).await;
     assert_eq!(
         script_calls(server),
@@ -562,7 +567,11 @@ async fn redis_long_wait_confirms_the_lease() {
         .expect("the waiter obtains");
     assert_eq!(script_calls(server), 2, "the release, then one refresh");
     let value: String = server.cmd(&["GET", "job"]);
-    assert_eq!(value, lock.token());
+    assert_eq!(
+        value,
+        format!("{}\0", lock.token()),
+        "the handed value, marked"
+    );
     server.expect_ok(lock.release().await, "release");
 }
 

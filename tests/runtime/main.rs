@@ -18,6 +18,7 @@ mod redis;
 mod rwlock;
 mod scriptless;
 mod shutdown;
+mod waited_mark;
 mod wakeup;
 mod watchdog;
 

@@ -51,6 +51,7 @@ pub use self::redis::{RedisBackend, RedisConfig, Scripts};
 pub(crate) use self::redis::{open_manager, redact, send_once_more};
 pub use self::redlock::RedlockBackend;
 pub use self::request::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
+pub(crate) use self::request::{WAITED_MARK, unmarked};
 #[cfg(feature = "sentinel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub use self::sentinel::SentinelBackend;

@@ -15,6 +15,18 @@ use crate::LockError;
 /// can never pass for a token.
 pub const TOKEN_LEN: usize = 32;
 
+/// The byte a Redis waiter appends to the value of a lock it waits for, so
+/// that a release of a value without it need not look for waiters (see
+/// `scripts/mark.lua`, which defines it for the scripts). No token ends with
+/// it; whoever compares a whole value, or shows its metadata, accepts or
+/// drops one trailing mark.
+pub(crate) const WAITED_MARK: &str = "\0";
+
+/// `value` without its trailing [`WAITED_MARK`], if it has one.
+pub(crate) fn unmarked(value: &str) -> &str {
+    value.strip_suffix(WAITED_MARK).unwrap_or(value)
+}
+
 /// One acquisition attempt, as sent to a [`Backend`].
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]

@@ -26,6 +26,8 @@ pub struct FairMutations {
     /// The waiters flag is set by a request sent after the busy answer,
     /// instead of by the attempt that joins the queue.
     pub flag_after_attempt: bool,
+    /// A grant writes the waiter's value without the waiters' mark.
+    pub grant_unmarked: bool,
 }
 
 /// The fair queue of one key; see the module documentation.
@@ -73,14 +75,15 @@ impl Fair {
         }
     }
 
-    /// `grant.lua` lines 38-52 and 63-64: the key for the grant lease, and
-    /// the message naming the attempt.
+    /// `grant.lua` lines 34-56 and 63-67: the key for the grant lease,
+    /// marked, and the message naming the attempt.
     fn grant(&self, s: &mut FairState, entry: Entry) -> u8 {
         let lease = self.lease();
         s.key = Some(Held {
             owner: entry.c,
             expires: s.now + lease,
             granted_at: Some(s.now),
+            marked: !self.mutations.grant_unmarked,
         });
         if s.listens(entry.c as usize) {
             s.grants[entry.c as usize] = Some(entry.n);
@@ -97,7 +100,7 @@ impl Fair {
     /// `acquire_fair.lua` for client `c`'s attempt `n`; `(taken, ms)`.
     fn acquire(&self, s: &mut FairState, c: usize, n: u8) -> (bool, u8) {
         let (now, ttl) = (s.now, self.timing.ttl);
-        // Lines 37-45: its own value, a retry or a confirmation.
+        // Lines 51-58: its own value, a retry or a confirmation.
         if let Some(held) = s.key.as_mut()
             && held.owner as usize == c
         {
@@ -105,13 +108,13 @@ impl Fair {
             held.granted_at = None;
             return (true, 0);
         }
-        // Lines 53-63: dead entries dropped from the front.
+        // Lines 66-76: dead entries dropped from the front.
         while s.queue.first().is_some_and(|e| e.e <= now) {
             s.queue.remove(0);
         }
         let mine = s.queue.iter().position(|e| e.c as usize == c);
         let mut granted = None;
-        // Lines 87-114: a free key goes to the first live waiter.
+        // Lines 105-132: a free key goes to the first live waiter.
         if s.key.is_none() {
             match s.queue.first().copied() {
                 Some(head) if head.c as usize != c => {
@@ -119,18 +122,19 @@ impl Fair {
                     granted = Some(self.grant(s, head));
                 }
                 _ => {
-                    // Lines 73-82: take.
+                    // Lines 86-100: take, marked when others are in line.
                     s.queue.retain(|e| e.c as usize != c);
                     s.key = Some(Held {
                         owner: c as u8,
                         expires: now + ttl,
                         granted_at: None,
+                        marked: !s.queue.is_empty(),
                     });
                     return (true, 0);
                 }
             }
         }
-        // Lines 116-140: join, or note the attempt, and set the flag.
+        // Lines 134-161: join, or note the attempt, and set the flag.
         match s.queue.iter().position(|e| e.c as usize == c) {
             Some(at) => s.queue[at].n = n,
             None if mine.is_none() => s.queue.push(Entry {
@@ -142,20 +146,29 @@ impl Fair {
         }
         if !self.mutations.flag_after_attempt {
             Self::mark_waiting(s, now + self.queue_for + ttl);
+            // waiters.lua `mark_held`: the holder found, marked.
+            if granted.is_none()
+                && let Some(held) = s.key.as_mut()
+            {
+                held.marked = true;
+            }
         }
         let pttl = s.key.map_or(0, |held| held.expires - now);
         (false, granted.unwrap_or(pttl))
     }
 
-    /// `release.lua` lines 22-40, then `release_announce.lua`: a hand-over
-    /// for an owner, `leave` (lines 58-84) for a waiter that gives up.
+    /// `release_plain.lua` for a key missing or unmarked (delete if owned,
+    /// the flag not read), else `release.lua` lines 22-40, then
+    /// `release_announce.lua`: a hand-over for an owner, `leave` (lines
+    /// 58-84) for a waiter that gives up.
     fn release(&self, s: &mut FairState, c: usize) {
         let now = s.now;
         let owned = s.key.is_some_and(|held| held.owner as usize == c);
+        let marked = s.key.is_some_and(|held| held.marked);
         if owned {
             s.key = None;
         }
-        if s.flag.is_some() {
+        if marked && s.flag.is_some() {
             if owned {
                 self.hand_over(s, c);
             } else if let Some(at) = s.queue.iter().position(|e| e.c as usize == c) {

@@ -22,6 +22,9 @@ pub struct Held {
     pub expires: u8,
     /// When it was handed over, while the grant is not confirmed.
     pub granted_at: Option<u8>,
+    /// Its value ends with the waiters' mark (`mark.lua`): its release
+    /// reads the flag.
+    pub marked: bool,
 }
 
 /// A fair client.

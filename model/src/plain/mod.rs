@@ -1,7 +1,9 @@
 //! The plain lock: one key taken by `SET key value NX PX ttl GET` (or
 //! `acquire.lua` for an attempt that will wait), refreshed by `refresh.lua`,
 //! released by `release.lua`, with the waiters flag of `waiters.lua` that
-//! tells a release whether to announce itself.
+//! tells a release whether to announce itself, and the mark of `mark.lua` on
+//! the key's value that tells the release whether to read the flag at all
+//! (`release_plain.lua`).
 //!
 //! Each client runs one obtain (its token is its index): it attempts, and
 //! when it finds the key busy listens and attempts again at once with the
@@ -32,6 +34,9 @@ pub struct PlainMutations {
     /// The waiters flag is set by a request the waiter sends after the busy
     /// answer, instead of by the attempt that finds the key busy.
     pub flag_after_attempt: bool,
+    /// The attempt that finds the key busy sets the flag but does not mark
+    /// the holder's value, so that its release reads no flag.
+    pub waiter_does_not_mark: bool,
 }
 
 /// The plain lock with `clients` clients; see the module documentation.
@@ -84,6 +89,7 @@ impl Plain {
             && expires <= s.now
         {
             s.key = None;
+            s.marked = false;
             s.lapsed[owner as usize] = true;
         }
         if s.flag.is_some_and(|expires| expires <= s.now) {
@@ -91,7 +97,7 @@ impl Plain {
         }
     }
 
-    /// `waiters.lua`, `mark_waiting`: lines 36-40.
+    /// `waiters.lua`, `mark_waiting`: lines 51-55.
     fn mark_waiting(s: &mut PlainState, until: u8) {
         if s.flag.is_none_or(|expires| expires < until) {
             s.flag = Some(until);
@@ -104,8 +110,10 @@ impl Plain {
         let now = s.now;
         match op {
             // protocol.rs `plain_set`/`plain_outcome` (no listen), else
-            // acquire.lua lines 34-42 and 54-68: SET NX, a retry finding its own value
-            // extends it, a busy answer with `listen` sets the flag.
+            // acquire.lua lines 36-51 and 62-106: SET NX, a retry finding its
+            // own value (marked or not) extends it, keeping its mark; a busy
+            // answer with `listen` sets the flag and marks the value
+            // (waiters.lua `mark_held`).
             Op::Acquire { listen } => {
                 s.awaiting[c] = None;
                 match s.key {
@@ -119,12 +127,14 @@ impl Plain {
                             s.awaiting[c] = Some(expires);
                             if !self.mutations.flag_after_attempt {
                                 Self::mark_waiting(s, expires + t.margin);
+                                s.marked |= !self.mutations.waiter_does_not_mark;
                             }
                         }
                         Answer::Busy { pttl }
                     }
                     None => {
                         s.key = Some((c as u8, now + t.ttl));
+                        s.marked = false;
                         s.lapsed[c] = false;
                         Answer::Taken
                     }
@@ -133,6 +143,7 @@ impl Plain {
             Op::Mark => {
                 if let Some((_, expires)) = s.key {
                     Self::mark_waiting(s, expires + t.margin);
+                    s.marked = true;
                 }
                 Answer::Done
             }
@@ -140,6 +151,9 @@ impl Plain {
             Op::Refresh => {
                 let held = s.key.is_some_and(|(owner, _)| owner as usize == c);
                 let retaken = self.mutations.refresh_retakes && s.key.is_none();
+                if retaken {
+                    s.marked = false;
+                }
                 if held || retaken {
                     s.key = Some((c as u8, now + t.ttl));
                     if s.lapsed[c] {
@@ -148,8 +162,10 @@ impl Plain {
                 }
                 Answer::Refreshed(held || retaken)
             }
-            // release.lua lines 22-40: delete if held, announce when the
-            // flag is set (release_announce.lua line 107).
+            // release_plain.lua: an unmarked value is deleted if held, and
+            // the flag not read; else release.lua lines 22-40: delete if
+            // held, announce when the flag is set (release_announce.lua line
+            // 107).
             Op::Release => {
                 let deleted = match s.key {
                     Some((owner, _)) if owner as usize == c => true,
@@ -161,7 +177,8 @@ impl Plain {
                 };
                 if deleted {
                     s.key = None;
-                    if s.flag.is_some() {
+                    let marked = std::mem::take(&mut s.marked);
+                    if marked && s.flag.is_some() {
                         for (d, client) in s.clients.iter_mut().enumerate() {
                             if matches!(
                                 client.phase,
@@ -255,6 +272,7 @@ impl Model for Plain {
             .map(|skews| PlainState {
                 now: 0,
                 key: None,
+                marked: false,
                 flag: None,
                 restarts: 0,
                 clients: skews
@@ -335,6 +353,7 @@ impl Model for Plain {
                 if let Some((owner, _)) = s.key.take() {
                     s.lapsed[owner as usize] = true;
                 }
+                s.marked = false;
                 s.flag = None;
                 s.restarts += 1;
             }

@@ -1,4 +1,4 @@
-//! The plain model's state: the server's key and flag, the clients, the
+//! The plain model's state: the server's key, its mark and flag, the clients, the
 //! messages between them, and what the properties watch.
 
 /// What a client asks of the server.
@@ -10,7 +10,7 @@ pub enum Op {
     Refresh,
     /// `release.lua`.
     Release,
-    /// The mutated flag: set apart from the attempt.
+    /// The mutated flag (and mark): set apart from the attempt.
     Mark,
 }
 
@@ -68,13 +68,15 @@ pub struct Client {
     pub skew: u8,
 }
 
-/// The key, the flag, the clients, and what the properties watch.
+/// The key, its mark, the flag, the clients, and what the properties watch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PlainState {
     /// The server's clock.
     pub now: u8,
     /// The key's holder and when it expires.
     pub key: Option<(u8, u8)>,
+    /// The key's value ends with the waiters' mark (`mark.lua`).
+    pub marked: bool,
     /// When the waiters flag expires.
     pub flag: Option<u8>,
     /// Restarts so far.

@@ -82,9 +82,11 @@ use crate::LockError;
 ///
 /// An attempt that finds a key held, from a caller that listens, sets a flag
 /// at `{K}:waiters` (`K:waiters` when `K` has a hash tag) that lasts the
-/// holder's remaining lease plus a second; a release publishes only while
-/// the flag is there, so a release nobody waits for does no pub/sub or queue
-/// work.
+/// holder's remaining lease plus a second, and marks the holder's value
+/// (one NUL byte appended, never shown as metadata); a release reads the
+/// flag only for a marked value, and publishes only while the flag is
+/// there, so a release nobody waits for is a compare-and-delete and does no
+/// pub/sub or queue work.
 ///
 /// Fair obtains ([`ObtainOptions::fair`](crate::ObtainOptions::fair)) queue in
 /// a list at `{K}:queue` (`K:queue` when `K` has a hash tag); the release

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::errors::Failure;
 use super::scripts::{ACQUIRE_LUA, Command};
 use crate::backend::keys::{derived_queue_key, derived_waiters_key, fence_key_refused};
-use crate::backend::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
+use crate::backend::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN, unmarked};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{KeyKind, LockError};
 
@@ -225,20 +225,27 @@ pub(in crate::backend) fn plain_set(req: &AcquireRequest<'_>) -> redis::Cmd {
 
 /// What the plain attempt found: taken (nothing was there), or busy; `None`
 /// when the key already holds this very value, a retry whose first reply was
-/// lost: the script then extends it to the ttl from now.
+/// lost (marked since by a waiter, or not): the script then extends it to
+/// the ttl from now.
 pub(in crate::backend) fn plain_outcome(
     req: &AcquireRequest<'_>,
     previous: Option<String>,
 ) -> Option<Acquired> {
     match previous {
         None => Some(Acquired::Obtained { fence: None }),
-        Some(previous) if previous == req.value => None,
+        Some(previous) if unmarked(&previous) == req.value => None,
         Some(previous) => Some(Acquired::Busy {
             index: 0,
             remaining: None,
-            holder: Some(previous.get(TOKEN_LEN..).unwrap_or_default().to_owned()),
+            holder: Some(metadata_of(&previous).to_owned()),
         }),
     }
+}
+
+/// The metadata in a lock's value: what follows the token, without the
+/// waiters' mark.
+pub(in crate::backend) fn metadata_of(value: &str) -> &str {
+    unmarked(value).get(TOKEN_LEN..).unwrap_or_default()
 }
 
 pub(in crate::backend) fn millis(ttl: Duration) -> String {

@@ -21,7 +21,7 @@ use super::transport::Transport;
 use super::watched::Exclusive;
 use crate::LockError;
 use crate::backend::keys::fence_key_refused;
-use crate::backend::{AcquireRequest, Acquired};
+use crate::backend::{AcquireRequest, Acquired, WAITED_MARK, unmarked};
 use crate::error::{BackendError, BackendErrorKind};
 
 /// How long a waiters flag outlives the holder's lease, as `waiters.lua`'s
@@ -223,10 +223,15 @@ impl<T: Transport> Protocol<T> {
         let mut retried = true;
         for (i, key) in req.keys.iter().enumerate() {
             match Found::of(&read[2 * i]) {
-                Found::Text(value) if value == req.value => {}
-                Found::Text(_) => {
+                Found::Text(value) if unmarked(&value) == req.value => {}
+                Found::Text(value) => {
                     let left: i64 = redis::from_redis_value_ref(&read[2 * i + 1]).unwrap_or(-1);
-                    return self.busy(&mut conn, &flags, &read[2 * n..], i, left).await;
+                    let held = Held {
+                        key,
+                        value: &value,
+                        left,
+                    };
+                    return self.busy(&mut conn, &flags, &read[2 * n..], i, held).await;
                 }
                 Found::Free => retried = false,
                 Found::NotText => {
@@ -310,46 +315,71 @@ impl<T: Transport> Protocol<T> {
         Ok(Some(Ok(Acquired::Obtained { fence })))
     }
 
-    /// `req.keys[index]` is held, with `left` ms to go: when the caller
-    /// waits, its flag is made to last that long and a second more, in a
-    /// transaction that fails if the key changed since it was read, as
-    /// the script sets it in the call that finds the key busy: a release
-    /// in between is then seen by the next round.
+    /// `req.keys[index]` is held (`held`): when the caller waits, its flag
+    /// is made to last the holder's lease and a second more, and the
+    /// holder's value is marked (`WAITED_MARK`, once), in a transaction
+    /// that fails if the key changed since it was read, as the script does
+    /// both in the call that finds the key busy: a release in between is
+    /// then seen by the next round.
     async fn busy(
         &self,
         conn: &mut MultiplexedConnection,
         flags: &[String],
         flag_ttls: &[Value],
         index: usize,
-        left: i64,
+        held: Held<'_>,
     ) -> RedisResult<Round> {
         let outcome = Acquired::Busy {
             index,
-            remaining: pttl(left),
+            remaining: pttl(held.left),
             holder: None,
         };
-        let wanted = left.max(0) + WAIT_MARGIN;
-        let flag = flags.get(index).filter(|flag| !flag.is_empty());
+        let wanted = held.left.max(0) + WAIT_MARGIN;
         let flag_left = flag_ttls
             .get(index)
             .and_then(|value| redis::from_redis_value_ref::<i64>(value).ok())
             .unwrap_or(-2);
-        let Some(flag) = flag.filter(|_| flag_left < wanted) else {
+        let marked = held.value.ends_with(WAITED_MARK);
+        let Some(flag) = flags
+            .get(index)
+            .filter(|flag| !flag.is_empty() && (flag_left < wanted || !marked))
+        else {
             unwatch(conn).await?;
             return Ok(Some(Ok(outcome)));
         };
-        let marked: Option<Value> = redis::pipe()
-            .atomic()
-            .cmd("SET")
-            .arg(flag)
-            .arg("")
-            .arg("PX")
-            .arg(wanted)
-            .ignore()
-            .query_async(&mut *conn)
-            .await?;
-        Ok(marked.map(|_| Ok(outcome)))
+        let mut write = redis::pipe();
+        write.atomic();
+        if flag_left < wanted {
+            write
+                .cmd("SET")
+                .arg(flag)
+                .arg("")
+                .arg("PX")
+                .arg(wanted)
+                .ignore();
+        }
+        if !marked {
+            // The value read under WATCH, marked; KEEPTTL keeps the
+            // holder's expiry.
+            write
+                .cmd("SET")
+                .arg(held.key)
+                .arg(format!("{}{WAITED_MARK}", held.value))
+                .arg("KEEPTTL")
+                .ignore();
+        }
+        let done: Option<Value> = write.query_async(&mut *conn).await?;
+        Ok(done.map(|_| Ok(outcome)))
     }
+}
+
+/// A key an attempt found held by another owner.
+struct Held<'a> {
+    key: &'a str,
+    /// Its value, as read under `WATCH`.
+    value: &'a str,
+    /// The holder's remaining lease in ms, as `PTTL` answers it.
+    left: i64,
 }
 
 /// The fence counter as the transaction found it.

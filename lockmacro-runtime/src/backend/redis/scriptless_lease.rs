@@ -43,23 +43,32 @@ impl<T: Transport> Protocol<T> {
                 .await
                 .map_err(fail);
         }
-        let values = self.values(keys, token).await;
-        let values = values.map_err(|failure| failure.into_error(self.name(), &what()))?;
-        let Some(values) = values else {
-            return Ok(false);
-        };
-        let mut extend = redis::pipe();
-        for (key, value) in keys.iter().zip(&values) {
-            extend.add_command(extend_if_equal(key, value, &ttl));
+        let mut tried: Option<Vec<String>> = None;
+        loop {
+            let values = self.values(keys, token).await;
+            let values = values.map_err(|failure| failure.into_error(self.name(), &what()))?;
+            // Ours, and not the values just tried: a waiter marked one in
+            // between (once: a marked value is never marked again). The
+            // value written back is the one compared, mark and all.
+            let Some(values) = values.filter(|values| tried.as_ref() != Some(values)) else {
+                return Ok(false);
+            };
+            let mut extend = redis::pipe();
+            for (key, value) in keys.iter().zip(&values) {
+                extend.add_command(extend_if_equal(key, value, &ttl));
+            }
+            let extend = &extend;
+            let done: Vec<Option<String>> = self
+                .send(self.transport.conn(), keys, |mut conn| async move {
+                    extend.query_async(&mut conn).await
+                })
+                .await
+                .map_err(|failure| failure.into_error(self.name(), &what()))?;
+            if done.iter().all(Option::is_some) {
+                return Ok(true);
+            }
+            tried = Some(values);
         }
-        let extend = &extend;
-        let done: Vec<Option<String>> = self
-            .send(self.transport.conn(), keys, |mut conn| async move {
-                extend.query_async(&mut conn).await
-            })
-            .await
-            .map_err(|failure| failure.into_error(self.name(), &what()))?;
-        Ok(done.iter().all(Option::is_some))
     }
 
     /// The values of `keys` if every one is held by `token`, else `None`.
@@ -105,28 +114,39 @@ impl<T: Transport> Protocol<T> {
         let mut all = true;
         for key in keys {
             let key = std::slice::from_ref(key);
-            let value = self.values(key, token).await;
-            let value = value.map_err(|failure| failure.into_error(self.name(), &what()))?;
-            let Some(value) = value else {
-                all = false;
-                continue;
-            };
             let flag = T::COMPANIONS.flag(&key[0]);
-            let mut delete = redis::pipe();
-            delete
-                .ignore_errors()
-                .add_command(delete_if_equal(command, &key[0], &value[0]))
-                .cmd("GET")
-                .arg(&flag);
-            let delete = &delete;
-            // The flag is read after the delete, on the same connection: a
-            // waiter that found the key held set it before.
-            let (deleted, waiting): (i64, Value) = self
-                .send(self.transport.conn(), key, |mut conn| async move {
-                    delete.query_async(&mut conn).await
-                })
-                .await
-                .map_err(|failure| failure.into_error(self.name(), &what()))?;
+            let mut tried: Option<String> = None;
+            let (deleted, waiting) = loop {
+                let value = self.values(key, token).await;
+                let value = value.map_err(|failure| failure.into_error(self.name(), &what()))?;
+                // Ours, and not the value just tried: a waiter marked it in
+                // between (once: a marked value is never marked again).
+                let Some(value) = value
+                    .and_then(|mut value| value.pop())
+                    .filter(|value| tried.as_ref() != Some(value))
+                else {
+                    break (0, Value::Nil);
+                };
+                let mut delete = redis::pipe();
+                delete
+                    .ignore_errors()
+                    .add_command(delete_if_equal(command, &key[0], &value))
+                    .cmd("GET")
+                    .arg(&flag);
+                let delete = &delete;
+                // The flag is read after the delete, on the same connection:
+                // a waiter that found the key held set it before.
+                let (deleted, waiting): (i64, Value) = self
+                    .send(self.transport.conn(), key, |mut conn| async move {
+                        delete.query_async(&mut conn).await
+                    })
+                    .await
+                    .map_err(|failure| failure.into_error(self.name(), &what()))?;
+                if deleted == 1 {
+                    break (deleted, waiting);
+                }
+                tried = Some(value);
+            };
             all &= deleted == 1;
             if deleted == 1 && (flag.is_empty() || waiting != Value::Nil) {
                 self.announce(&key[0]).await;

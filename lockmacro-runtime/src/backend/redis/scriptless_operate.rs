@@ -8,11 +8,11 @@ use redis::{RedisResult, Value};
 
 use super::errors::Failure;
 use super::locks::Protocol;
-use super::protocol::kind_of;
+use super::protocol::{kind_of, metadata_of};
 use super::scriptless::{Found, Shares, shares_at, unwatch};
 use super::transport::Transport;
 use super::wakeups::release_channel;
-use crate::backend::{HeldAs, Holder, Inspection, TOKEN_LEN};
+use crate::backend::{HeldAs, Holder, Inspection};
 use crate::{KeyKind, LockError};
 
 impl<T: Transport> Protocol<T> {
@@ -50,7 +50,7 @@ impl<T: Transport> Protocol<T> {
             Found::Free => {}
             Found::Text(value) => {
                 seen.kind = Some(KeyKind::Lock);
-                let metadata = value.get(TOKEN_LEN..).unwrap_or_default();
+                let metadata = metadata_of(&value);
                 let remaining = u64::try_from(left).ok().map(Duration::from_millis);
                 seen.holders
                     .push(Holder::new(HeldAs::Lock, metadata, remaining));

@@ -100,6 +100,7 @@ impl<K: redis::ToRedisArgs, A: redis::ToRedisArgs> Command for Call<'_, K, A> {
 }
 
 pub(in crate::backend) const ACQUIRE_LUA: &str = concat!(
+    include_str!("../scripts/mark.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
@@ -107,6 +108,7 @@ pub(in crate::backend) const ACQUIRE_LUA: &str = concat!(
 );
 
 pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
+    include_str!("../scripts/mark.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
@@ -115,6 +117,7 @@ pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
 );
 
 pub(in crate::backend) const ACQUIRE_SHARED_LUA: &str = concat!(
+    include_str!("../scripts/mark.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
@@ -132,6 +135,7 @@ pub(in crate::backend) const REFRESH_LUA: &str = concat!(
 // `release.lua`); a release of one lock nobody waits for ends before any
 // function is defined (`release_plain.lua`).
 pub(in crate::backend) const RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/mark.lua"),
     include_str!("../scripts/release_plain.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/leases.lua"),
@@ -159,6 +163,7 @@ pub(in crate::backend) const REFRESH_MANY_LUA: &str = concat!(
 );
 
 pub(in crate::backend) const INSPECT_LUA: &str = concat!(
+    include_str!("../scripts/mark.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/inspect.lua")
 );
@@ -166,6 +171,7 @@ pub(in crate::backend) const INSPECT_LUA: &str = concat!(
 // As the release, but for every lease on the key: `announce` hands it to
 // the queue's head and wakes the other waiters.
 pub(in crate::backend) const FORCE_RELEASE_LUA: &str = concat!(
+    include_str!("../scripts/mark.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/leases.lua"),
     "local function announce(token, awaited)\n",

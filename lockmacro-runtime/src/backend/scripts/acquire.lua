@@ -8,7 +8,8 @@
 -- {2, index, kind} when KEYS[index] is held as another kind (see kinds.lua):
 -- a semaphore or a read-write lock. A set of shares none of which is live
 -- any more is free, and overwritten.
--- Taking keys that already hold exactly ARGV[1] succeeds: that is a retry of
+-- Taking keys that already hold exactly ARGV[1] (or ARGV[1] and MARK: a
+-- waiter found it busy since, see mark.lua) succeeds: that is a retry of
 -- an attempt whose reply was lost, told the fence held_fence gives.
 -- All or none holds when the script fails too: everything that can fail
 -- (a fence counter that is not one, a lock key of another type) is found
@@ -31,14 +32,21 @@ local function taken(fence_of)
   return {1, 0}
 end
 
-local function busy(i)
+-- The key held by `current`, another owner's value.
+local function busy(i, current)
   local pttl = redis.call('PTTL', KEYS[i])
-  if ARGV[5] == '1' then
+  if ARGV[5] == '1' and ARGV[5 + i] ~= '' then
     -- A key without expiry (another client's) is never released by this
     -- library's script: the flag only needs to last until the next attempt.
     mark_waiting(ARGV[5 + i], math.max(pttl, 0) + WAIT_MARGIN)
+    mark_held(KEYS[i], current)
   end
   return {0, i, pttl}
+end
+
+-- Whether `current`, a key's value, is ARGV[1]'s, marked or not.
+local function ours(current)
+  return current == value or current == value .. MARK
 end
 
 -- KEYS[i] if it is not a string: nil when it is free (a set of shares
@@ -60,8 +68,8 @@ if n == 1 then
         return refused
       end
       redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-    elseif current ~= value then
-      return busy(1)
+    elseif not ours(current) then
+      return busy(1, current)
     else
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
       return taken(held_fence)
@@ -78,13 +86,15 @@ else
       end
       retried = false
     elseif current then
-      if current ~= value then
-        return busy(i)
+      if not ours(current) then
+        return busy(i, current)
       end
     else
       retried = false
     end
   end
+  -- A retry writes its value again, without a mark: the release of
+  -- several keys reads their flags (release.lua), marked or not.
   for i = 1, n do
     redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
   end

@@ -18,7 +18,12 @@
 -- Returns {1, fence or 0} when taken, {0, 1, ms} when not, ms being how long
 -- to wait at most before trying again (the holder's lease, or the grant
 -- lease of the waiter the key was just handed to).
--- Taking a key that already holds exactly ARGV[1] succeeds: a retry whose
+-- A waiter that joins or stays in the queue behind a holder marks the
+-- holder's value (mark_held, from waiters.lua), and so does a waiter that
+-- takes the key with others still in line behind it; grant.lua marks the
+-- value it hands over.
+-- Taking a key that already holds exactly ARGV[1] (or ARGV[1] and MARK: see
+-- mark.lua) succeeds: a retry whose
 -- reply was lost, or a waiter confirming the key handed to it, which
 -- extends the key to its ttl and publishes "confirm:<token>"; its fence is
 -- the one held_fence gives.
@@ -43,7 +48,7 @@ if type(current) == 'table' then
   -- A set of shares that all expired: free, and overwritten by SET.
   current = false
 end
-if current == value then
+if current == value or current == value .. MARK then
   redis.call('PEXPIRE', key, ARGV[2])
   redis.pcall('PUBLISH', 'lockmacro:released:' .. key, 'confirm:' .. token)
   if counter then
@@ -82,7 +87,12 @@ local function take()
   if mine then
     redis.call('LREM', queue, 1, mine)
   end
-  redis.call('SET', key, value, 'PX', ARGV[2])
+  -- Others still in line wait for this holder's release.
+  if redis.call('LLEN', queue) > 0 then
+    redis.call('SET', key, value .. MARK, 'PX', ARGV[2])
+  else
+    redis.call('SET', key, value, 'PX', ARGV[2])
+  end
   if counter then
     return {1, next_fence(counter, ARGV[5])}
   end
@@ -145,6 +155,9 @@ if wait > 0 then
     end
   end
   mark_waiting(ARGV[7], wait + ttl)
+  if current and ARGV[7] ~= '' then
+    mark_held(key, current)
+  end
 end
 if granted then
   return {0, 1, granted}

@@ -50,7 +50,9 @@ local function grant(key, entry)
       redis.call('PEXPIRE', key, lease)
     end
   else
-    redis.call('SET', key, entry.v, 'PX', lease)
+    -- Marked (see mark.lua) whether or not others wait behind it: its
+    -- release then reads the flag, and finds out, once.
+    redis.call('SET', key, entry.v .. MARK, 'PX', lease)
   end
   local fence = 0
   if entry.f ~= '' then

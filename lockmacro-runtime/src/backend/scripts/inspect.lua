@@ -36,7 +36,12 @@ local function holder(held_as, metadata, ms)
   reply[#reply + 1] = string.format('%d', ms)
 end
 if held == 'lock' then
-  holder('lock', string.sub(redis.call('GET', key), 33), redis.call('PTTL', key))
+  -- The metadata without the waiters' MARK (see mark.lua).
+  local value = redis.call('GET', key)
+  if string.sub(value, -1) == MARK then
+    value = string.sub(value, 1, -2)
+  end
+  holder('lock', string.sub(value, 33), redis.call('PTTL', key))
 elseif held and held ~= 'other' then
   local members = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for i = 1, #members, 2 do

@@ -1,11 +1,12 @@
--- Prepended to the scripts that take, wait for or release a lock.
+-- Prepended, after mark.lua, to the scripts that take or wait for a lock.
 --
 -- A release announces itself (hands the key to its first fair waiter, or
 -- publishes on "lockmacro:released:<key>") only when someone may be waiting
 -- for it, so that a release nobody waits for costs what a compare-and-delete
--- costs. Who waits is kept in a flag next to the lock, `{K}:waiters` (in K's
--- cluster slot, passed in by the client like the queue's name): an empty
--- string with an expiry.
+-- costs. Who waits is kept in two places: a flag next to the lock,
+-- `{K}:waiters` (in K's cluster slot, passed in by the client like the
+-- queue's name), an empty string with an expiry; and, for a lock (a string
+-- value), MARK at the end of the holder's value (see mark.lua).
 --
 -- mark_waiting(flag, ms) is called by every attempt that finds the key busy
 -- and whose caller will wait for its release, in the same script call that
@@ -14,6 +15,20 @@
 -- attempt is due when that lease ends, and sets the flag again if the key is
 -- still held); for a fair waiter, as long as its queue entry (the queue can
 -- then only hold entries younger than the flag).
+--
+-- mark_held(key, value) is called with it when a lock holds the key
+-- (`value`, as just read): it appends MARK to the value unless it ends with
+-- it already, by SET with KEEPTTL, which keeps the key's expiry (SET rather
+-- than APPEND: no command beyond those the user was granted before). So
+-- is every write of a value that waiters are known to wait behind: a fair
+-- hand-off (grant.lua), a fair waiter taking the key with others still in
+-- line (acquire_fair.lua).
+--
+-- A release of one lock reads the flag only when the value ends with MARK
+-- (release_plain.lua): a value without it was never found busy by a waiter
+-- since it was written, so nobody waits for it, and the release is a
+-- compare-and-delete. A marked value, several keys or shares: the release
+-- reads the flag, which stays the authority there, as below.
 --
 -- awaited(flag) is read by a release, after it deleted the key. No waiter
 -- is missed: a waiter listens on the channel before the attempt that finds
@@ -36,6 +51,12 @@ local WAIT_MARGIN = 1000
 local function mark_waiting(flag, ms)
   if flag ~= '' and redis.call('PTTL', flag) < ms then
     redis.call('SET', flag, '', 'PX', ms)
+  end
+end
+
+local function mark_held(key, value)
+  if string.sub(value, -1) ~= MARK then
+    redis.call('SET', key, value .. MARK, 'KEEPTTL')
   end
 end
 
