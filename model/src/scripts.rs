@@ -115,7 +115,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "release_plain.lua",
-        "09b95c62828fc81878a0bd785bba9afb9a11d6ece59740b01b3367ac94fad081",
+        "5d2e7750272f773597c321203b7030a0e0740a0e278b18fd1d63720efbd8181f",
         &["Plain"],
     ),
     script(

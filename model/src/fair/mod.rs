@@ -157,8 +157,8 @@ impl Fair {
         (false, granted.unwrap_or(pttl))
     }
 
-    /// `release_plain.lua` for a key missing or unmarked (delete if owned,
-    /// the flag not read), else `release.lua` lines 22-40, then
+    /// `release_plain.lua` for a key owned and unmarked (deleted, the flag
+    /// not read), else `release.lua` lines 22-40, then
     /// `release_announce.lua`: a hand-over for an owner, `leave` (lines
     /// 58-84) for a waiter that gives up.
     fn release(&self, s: &mut FairState, c: usize) {
@@ -168,7 +168,7 @@ impl Fair {
         if owned {
             s.key = None;
         }
-        if marked && s.flag.is_some() {
+        if !(owned && !marked) && s.flag.is_some() {
             if owned {
                 self.hand_over(s, c);
             } else if let Some(at) = s.queue.iter().position(|e| e.c as usize == c) {

@@ -162,10 +162,9 @@ impl Plain {
                 }
                 Answer::Refreshed(held || retaken)
             }
-            // release_plain.lua: an unmarked value is deleted if held, and
-            // the flag not read; else release.lua lines 22-40: delete if
-            // held, announce when the flag is set (release_announce.lua line
-            // 107).
+            // release_plain.lua: a value held and unmarked is deleted, the
+            // flag not read; else release.lua lines 22-40: delete if held,
+            // announce when the flag is set (release_announce.lua line 107).
             Op::Release => {
                 let deleted = match s.key {
                     Some((owner, _)) if owner as usize == c => true,
