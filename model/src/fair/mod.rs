@@ -168,7 +168,9 @@ impl Fair {
         if owned {
             s.key = None;
         }
-        if !(owned && !marked) && s.flag.is_some() {
+        // release_plain.lua ends early only for its own unmarked value.
+        let ended_early = owned && !marked;
+        if !ended_early && s.flag.is_some() {
             if owned {
                 self.hand_over(s, c);
             } else if let Some(at) = s.queue.iter().position(|e| e.c as usize == c) {
