@@ -23,18 +23,20 @@ const HANG: Duration = Duration::from_secs(30);
 /// Set, to the database's URL, for the child process that holds the lock.
 const HOLDER_ENV: &str = "LOCKMACRO_FAULTS_POSTGRES_HOLDER";
 
-/// The pid of the session that listens for releases, once there is one
-/// other than `not`.
-async fn listening_session(db: &PostgresDb, not: Option<&str>) -> String {
+/// The pid of a session of `db` other than this one and `not` that matches
+/// `condition` (SQL over `pg_stat_activity`), once there is one; `what`
+/// names it in the failure.
+async fn session_where(db: &PostgresDb, condition: &str, not: Option<&str>, what: &str) -> String {
     let sql = format!(
         "SELECT pid::text FROM pg_stat_activity WHERE datname = {} \
-         AND query = 'LISTEN \"lockmacro_release\"'",
+         AND pid <> pg_backend_pid() AND {condition}",
         quote(db.name())
     );
     let found = tokio::time::timeout(HANG, async {
         loop {
-            let pids = db.column(&sql).await;
-            if let Some(pid) = pids
+            if let Some(pid) = db
+                .column(&sql)
+                .await
                 .into_iter()
                 .flatten()
                 .find(|pid| Some(pid.as_str()) != not)
@@ -45,7 +47,14 @@ async fn listening_session(db: &PostgresDb, not: Option<&str>) -> String {
         }
     })
     .await;
-    found.unwrap_or_else(|_| db.server().fail("no session listens for releases"))
+    found.unwrap_or_else(|_| db.server().fail(format_args!("no session {what}")))
+}
+
+/// The pid of the session that listens for releases, once there is one
+/// other than `not`.
+async fn listening_session(db: &PostgresDb, not: Option<&str>) -> String {
+    let listen = "query = 'LISTEN \"lockmacro_release\"'";
+    session_where(db, listen, not, "listens for releases").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,27 +202,8 @@ async fn hold_until_killed(url: &str) {
 /// The pid of a session of `db` that waits for a lock, once there is one
 /// other than `not`.
 async fn session_waiting_for_a_lock(db: &PostgresDb, not: Option<&str>) -> String {
-    let sql = format!(
-        "SELECT pid::text FROM pg_stat_activity WHERE datname = {} \
-         AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-        quote(db.name())
-    );
-    let found = tokio::time::timeout(HANG, async {
-        loop {
-            if let Some(pid) = db
-                .column(&sql)
-                .await
-                .into_iter()
-                .flatten()
-                .find(|pid| Some(pid.as_str()) != not)
-            {
-                return pid;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| db.server().fail("no session waits for the table lock"))
+    let waiting = "wait_event_type = 'Lock'";
+    session_where(db, waiting, not, "waits for the table lock").await
 }
 
 /// A statement whose session the server ends while it runs (an
