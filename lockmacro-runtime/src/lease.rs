@@ -47,11 +47,11 @@ pub(crate) struct Lease {
     pub(crate) registry: Arc<Registry>,
     pub(crate) id: u64,
     /// Keys as the caller named them, sorted.
-    pub(crate) keys: Box<[String]>,
+    pub(crate) keys: Arc<[String]>,
     /// Keys on the wire, namespaced; `None` when they are `keys` (no
     /// namespace): the watchdog holds up to millions of leases, so each
     /// saves what it can.
-    pub(crate) namespaced: Option<Box<[String]>>,
+    pub(crate) namespaced: Option<Arc<[String]>>,
     /// The token's 32 ASCII hex digits, inline for the same reason.
     pub(crate) token: [u8; TOKEN_LEN],
     pub(crate) metadata: Box<str>,
@@ -386,7 +386,7 @@ impl Lease {
         self.cancel();
         let released = self
             .backend
-            .release(self.wire_keys(), self.token())
+            .release_value(self.wire_keys(), self.token(), &self.metadata)
             .await
             .map_err(|err| self.named(err));
         // Counted before the caller's `await` returns, whatever the answer:

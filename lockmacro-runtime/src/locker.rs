@@ -8,7 +8,7 @@ use crate::backend::Backend;
 use crate::lease::{Lease, check_duration};
 use crate::options::Fencing;
 use crate::registry::{Registry, shut_down};
-use crate::wait::{Request, Wait};
+use crate::wait::{First, Request, Wait};
 use crate::watchdog::Watchdog;
 use crate::{Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend};
 
@@ -291,7 +291,11 @@ impl Locker {
 
     /// The key as stored by the backend: the namespace prefix, then `key`.
     pub fn wire_key(&self, key: &str) -> String {
-        format!("{}{key}", self.prefix)
+        // Copied rather than formatted: this runs for every obtain.
+        let mut wire = String::with_capacity(self.prefix.len() + key.len());
+        wire.push_str(&self.prefix);
+        wire.push_str(key);
+        wire
     }
 
     /// True when both lockers share one backend (whatever their namespaces).
@@ -374,30 +378,34 @@ impl Locker {
     ) -> impl Future<Output = Result<Lock, LockError>> + Send + use<'_> {
         keys.sort_unstable();
         keys.dedup();
-        match self.check_obtain(&keys, ttl, &opts) {
-            Ok(()) => {
-                let span =
-                    tracing::debug_span!(target: "lockmacro", "obtain", key = %Joined(&keys), ?ttl);
-                Either::Left(self.obtain_sorted(keys, ttl, opts).instrument(span))
+        match self.request(keys, ttl, opts) {
+            Ok(request) => {
+                let span = tracing::debug_span!(target: "lockmacro", "obtain",
+                    key = %Joined(request.keys()), ?ttl);
+                Either::Left(self.obtain_request(request).instrument(span))
             }
             Err(err) => Either::Right(std::future::ready(Err(err))),
         }
     }
 
-    /// Refuses sorted `keys`, a `ttl` or options that no obtain can take.
-    fn check_obtain(
+    /// The request for sorted `keys`, or why no obtain can take the keys,
+    /// the `ttl` or the options; checked when the obtain is called, before
+    /// anything is sent. Made here rather than in the obtain's future, which
+    /// then holds the keys and options once, in the request: every obtain's
+    /// future is copied as it starts.
+    fn request(
         &self,
-        keys: &[String],
+        keys: Vec<String>,
         ttl: Duration,
-        opts: &ObtainOptions,
-    ) -> Result<(), LockError> {
+        opts: ObtainOptions,
+    ) -> Result<Request, LockError> {
         let Some(first) = keys.first() else {
             return Err(LockError::InvalidKey {
                 key: String::new(),
                 reason: "no keys given; pass at least one key".into(),
             });
         };
-        for key in keys {
+        for key in &keys {
             check_key(key)?;
         }
         check_duration(first, "ttl", ttl)?;
@@ -416,18 +424,10 @@ impl Locker {
         if let Some(hold) = opts.max_hold {
             check_duration(first, "max_hold", hold)?;
         }
-        Ok(())
-    }
-
-    /// Refuses, before anything is sent, what the keys and options cannot
-    /// be; then waits for the keys, in the span `obtain_many` opened.
-    async fn obtain_sorted(
-        &self,
-        keys: Vec<String>,
-        ttl: Duration,
-        opts: ObtainOptions,
-    ) -> Result<Lock, LockError> {
-        let wire_keys: Vec<String> = keys.iter().map(|key| self.wire_key(key)).collect();
+        let keys: Arc<[String]> = keys.into();
+        let namespaced: Option<Arc<[String]>> =
+            (!self.prefix.is_empty()).then(|| keys.iter().map(|key| self.wire_key(key)).collect());
+        let wire_keys = namespaced.as_deref().unwrap_or(&keys);
         let fence_key = match &opts.fencing {
             Fencing::Off => None,
             Fencing::Derived => Some(self.backend().fence_key(&wire_keys[0])),
@@ -436,41 +436,64 @@ impl Locker {
                 Some(self.wire_key(key))
             }
         };
-        self.backend()
-            .check_keys(&wire_keys, fence_key.as_deref())?;
+        self.backend().check_keys(wire_keys, fence_key.as_deref())?;
         crate::rules::check(self.backend(), &keys, ttl, &opts)?;
-        let registry = &self.shared.registry;
-        // Held until the wait, dropped or ended, has spawned what gives back
-        // its claim: a shutdown waits for both.
-        let _obtaining = registry.obtaining(&keys[0])?;
-        let request = Request::new(
+        Ok(Request::new(
             self.shared.backend.clone(),
-            registry.clone(),
+            self.shared.registry.clone(),
             keys,
-            wire_keys,
+            namespaced,
             fence_key,
             ttl,
             opts,
-        );
-        // A local the wait borrows, rather than moved into its future: that
-        // future is then a third of the size, and every obtain's future,
-        // which is copied as it starts, with it.
-        let mut wait = Wait::new(&request, self.namespace());
-        let lease = tokio::select! {
-            biased;
-            lease = wait.run() => lease?,
-            () = registry.closing() => return Err(shut_down(request.key())),
-        };
-        drop(wait);
-        if !registry.admit(lease.id, Arc::<Lease>::downgrade(&lease)) {
-            // Obtained as the locker shut down: given back at once.
-            let _ = lease.release().await;
-            return Err(shut_down(request.key()));
+        ))
+    }
+
+    /// Waits for the keys of `request`, in the span `obtain_many` opened.
+    ///
+    /// Not an `async fn`, whose future would hold the request twice: every
+    /// obtain's future is copied as it starts.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice"
+    )]
+    fn obtain_request(
+        &self,
+        request: Request,
+    ) -> impl Future<Output = Result<Lock, LockError>> + Send + '_ {
+        async move {
+            let registry = &self.shared.registry;
+            // Held until the wait, dropped or ended, has spawned what gives
+            // back its claim: a shutdown waits for both.
+            let _obtaining = registry.obtaining(request.key())?;
+            // A local the wait borrows, rather than moved into its future:
+            // that future is then a third of the size, and every obtain's
+            // future, which is copied as it starts, with it.
+            let mut wait = Wait::new(&request, self.namespace());
+            // The first attempt is not raced with the shutdown, which would
+            // cost every obtain a waiter on the shutdown signal: one in
+            // flight as the locker shuts down ends within the response
+            // timeout, and what it took is given back below. A shutdown ends
+            // the waiting after it at once.
+            let lease = match wait.first().await? {
+                First(Ok(lease)) => lease,
+                First(Err(busy)) => tokio::select! {
+                    biased;
+                    lease = wait.rest(busy) => lease?,
+                    () = registry.closing() => return Err(shut_down(request.key())),
+                },
+            };
+            drop(wait);
+            if !registry.admit(lease.id, Arc::<Lease>::downgrade(&lease)) {
+                // Obtained as the locker shut down: given back at once.
+                let _ = lease.release().await;
+                return Err(shut_down(request.key()));
+            }
+            Ok(Lock {
+                lease,
+                watchdog: self.shared.watchdog.clone(),
+            })
         }
-        Ok(Lock {
-            lease,
-            watchdog: self.shared.watchdog.clone(),
-        })
     }
 }
 

@@ -36,10 +36,11 @@ pub(crate) struct Request {
     /// The locker's registry: the lease is entered there, and what the wait
     /// leaves running in the background is tracked by it.
     registry: Arc<Registry>,
-    /// Keys as the caller named them, sorted.
-    keys: Vec<String>,
-    /// Keys on the wire, namespaced.
-    wire_keys: Vec<String>,
+    /// Keys as the caller named them, sorted; shared with the lease.
+    keys: Arc<[String]>,
+    /// Keys on the wire, namespaced; `None` when they are `keys` (no
+    /// namespace). Shared with the lease.
+    namespaced: Option<Arc<[String]>>,
     fence_key: Option<String>,
     /// The token's 32 ASCII hex digits.
     token: [u8; TOKEN_LEN],
@@ -56,8 +57,8 @@ impl Request {
     pub(crate) fn new(
         backend: Arc<dyn Backend>,
         registry: Arc<Registry>,
-        keys: Vec<String>,
-        wire_keys: Vec<String>,
+        keys: Arc<[String]>,
+        namespaced: Option<Arc<[String]>>,
         fence_key: Option<String>,
         ttl: Duration,
         opts: ObtainOptions,
@@ -81,7 +82,7 @@ impl Request {
             backend,
             registry,
             keys,
-            wire_keys,
+            namespaced,
             fence_key,
             token,
             ttl,
@@ -91,6 +92,16 @@ impl Request {
 
     fn token(&self) -> &str {
         std::str::from_utf8(&self.token).expect("a simple uuid is ASCII hex")
+    }
+
+    /// The keys, sorted, as the caller named them.
+    pub(crate) fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The keys as sent, namespaced.
+    fn wire_keys(&self) -> &[String] {
+        self.namespaced.as_deref().unwrap_or(&self.keys)
     }
 
     /// The first key in sorted order, as the caller named it: the one errors
@@ -148,8 +159,11 @@ enum Answer {
     Busy(Busy),
 }
 
+/// What the first attempt came to: the lease, or the keys busy.
+pub(crate) struct First(pub(crate) Result<Arc<Lease>, Busy>);
+
 /// What an attempt that found the keys held leaves for the rest of the round.
-struct Busy {
+pub(crate) struct Busy {
     /// Which key was held.
     index: usize,
     /// How long its holder's lease has left, when the backend told.
@@ -187,21 +201,27 @@ impl<'a> Wait<'a> {
             claim: Claim::new(
                 &request.backend,
                 request.registry.tracker(),
-                &request.wire_keys,
+                request.wire_keys(),
                 request.token(),
             ),
         }
     }
 
-    /// Attempts, pauses and listens until the keys are this call's or the
-    /// retry strategy gives up.
-    pub(crate) async fn run(&mut self) -> Result<Arc<Lease>, LockError> {
+    /// The first attempt, and a fair waiter's listening before it: the
+    /// lease, or what [`rest`](Self::rest) goes on from.
+    pub(crate) async fn first(&mut self) -> Result<First, LockError> {
         self.listen_ahead().await;
+        Ok(match self.attempt().await? {
+            Answer::Obtained(lease) => First(Ok(lease)),
+            Answer::Busy(busy) => First(Err(busy)),
+        })
+    }
+
+    /// After a first attempt that found the keys `busy`: pauses, listens
+    /// and attempts until the keys are this call's or the retry strategy
+    /// gives up.
+    pub(crate) async fn rest(&mut self, mut busy: Busy) -> Result<Arc<Lease>, LockError> {
         loop {
-            let busy = match self.attempt().await? {
-                Answer::Obtained(lease) => return Ok(lease),
-                Answer::Busy(busy) => busy,
-            };
             let Some(pause) = self.pause(&busy) else {
                 return Err(self.give_up(busy).await);
             };
@@ -219,6 +239,10 @@ impl<'a> Wait<'a> {
                 }
                 None => self.listen(busy.index).await,
             }
+            busy = match self.attempt().await? {
+                Answer::Obtained(lease) => return Ok(lease),
+                Answer::Busy(busy) => busy,
+            };
         }
     }
 
@@ -229,10 +253,10 @@ impl<'a> Wait<'a> {
         let request = self.request;
         if let Some(queue) = self.queue
             && !request.opts.retry.is_none()
-            && queue.listening(&request.wire_keys[0])
+            && queue.listening(&request.wire_keys()[0])
         {
             let listener = queue
-                .listen_granted(&request.wire_keys[0], request.token())
+                .listen_granted(&request.wire_keys()[0], request.token())
                 .await;
             self.listening = Some((0, listener));
         }
@@ -251,7 +275,7 @@ impl<'a> Wait<'a> {
             _ => Duration::ZERO,
         });
         let acquire = AcquireRequest {
-            keys: &request.wire_keys,
+            keys: request.wire_keys(),
             value: &request.value,
             ttl: request.ttl,
             fence_key: request.fence_key.as_deref(),
@@ -279,7 +303,7 @@ impl<'a> Wait<'a> {
                 ) {
                     self.claim.armed = false;
                 }
-                let err = err.named(&request.keys, &request.wire_keys, self.labels.namespace);
+                let err = err.named(&request.keys, request.wire_keys(), self.labels.namespace);
                 metrics::failed(self.labels, metrics::Op::Obtain, &err);
                 return Err(err);
             }
@@ -371,7 +395,7 @@ impl<'a> Wait<'a> {
         if self.listening.is_none() {
             self.attempts -= 1;
         }
-        let key = &self.request.wire_keys[index];
+        let key = &self.request.wire_keys()[index];
         let listener = match self.queue {
             Some(queue) => queue.listen_granted(key, self.request.token()).await,
             None => self.request.backend.listen(key).await,
@@ -454,7 +478,7 @@ impl<'a> Wait<'a> {
         let confirm = Instant::now();
         if request
             .backend
-            .refresh(&request.wire_keys, request.token(), ttl)
+            .refresh(request.wire_keys(), request.token(), ttl)
             .await?
         {
             if request.trusted(confirm) {
@@ -490,9 +514,8 @@ impl<'a> Wait<'a> {
             backend: request.backend.clone(),
             registry: request.registry.clone(),
             id: request.registry.next_id(),
-            keys: request.keys.clone().into_boxed_slice(),
-            namespaced: (request.wire_keys != request.keys)
-                .then(|| request.wire_keys.clone().into_boxed_slice()),
+            keys: request.keys.clone(),
+            namespaced: request.namespaced.clone(),
             token: request.token,
             metadata: request.opts.metadata.as_ref().into(),
             fence,

@@ -258,7 +258,7 @@ impl Model for Fences {
             FencesAction::Deliver(c) => {
                 let c = c as usize;
                 if s.takers[c].request.take() == Some(true) {
-                    // release.lua lines 25-27: DEL when the token holds it.
+                    // release.lua lines 41-43: DEL when the token holds it.
                     if s.key
                         .is_some_and(|(holder, _)| holder == (c as u8, s.takers[c].done))
                     {

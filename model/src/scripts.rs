@@ -60,7 +60,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "force_release.lua",
-        "ab794297ecc6ca8041e1d11a2ec1de3e9425244c73d697b7a9977f5dfba53484",
+        "b9414062d341b31a38f1d2e0f645af3bbddb81adc12052ce4a0c4b32e839b0ea",
         &["Kinds"],
     ),
     script(
@@ -105,17 +105,17 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "release.lua",
-        "1bfd0dcfe93c55c0351aaeed066a1cad25d8b9ff7e39058407a2b70f55bb9278",
+        "993b970f64f809ea8a2dd587be4f77e21ff0290e1affb1fb344d27727f51f38a",
         &["Plain", "Fair", "Shares", "Fences", "Kinds"],
     ),
     script(
         "release_announce.lua",
-        "c168057d4a04a228649596f2e7a287b2446108a32d0c924f2a4805ff4f1c728d",
+        "ec3335e38917f435ea930ef644be40022f192d23c4d11645245a9b9294c7bdcf",
         &["Plain", "Fair"],
     ),
     script(
         "release_plain.lua",
-        "5d2e7750272f773597c321203b7030a0e0740a0e278b18fd1d63720efbd8181f",
+        "3be661c66eaf06358cfc14db77f8acc6aa596d57b6ba225b2d6fa1ecdbdf8170",
         &["Plain"],
     ),
     script(

@@ -290,7 +290,7 @@ impl Model for Shares {
                 let ok = match op {
                     ShareOp::Acquire => self.acquire(&mut s, c),
                     ShareOp::Refresh => self.refresh(&mut s, c),
-                    // release.lua lines 25-29: ZREM of its own member.
+                    // release.lua lines 41-45: ZREM of its own member.
                     ShareOp::Release => {
                         s.set.retain(|(m, _, _)| *m as usize != c);
                         true

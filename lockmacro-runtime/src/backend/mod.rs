@@ -121,6 +121,35 @@ pub trait Backend: Send + Sync + 'static {
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>>;
 
+    /// [`release`](Self::release), told the lease's `metadata` too: the
+    /// value stored is `token` followed by it, which a backend that stores
+    /// that value compares whole, at the cost of a compare-and-delete,
+    /// rather than reading its token as a prefix. By default, `release`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::MemoryBackend;
+    /// use lockmacro_runtime::backend::{AcquireRequest, Backend};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let keys = ["report".to_owned()];
+    /// let token = "0123456789abcdef0123456789abcdef";
+    /// let value = format!("{token}web-3");
+    /// backend.acquire(AcquireRequest::new(&keys, &value, Duration::from_secs(5))).await?;
+    /// assert!(backend.release_value(&keys, token, "web-3").await?);
+    /// # Ok(()) }
+    /// ```
+    fn release_value<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        metadata: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        let _ = metadata;
+        self.release(keys, token)
+    }
+
     /// The shortest remaining lease among `keys` if every key still starts
     /// with `token`, else `None`.
     fn remaining<'a>(

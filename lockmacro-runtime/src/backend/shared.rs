@@ -58,6 +58,17 @@ macro_rules! forward {
             $via!(self, "release", keys.join("`, `"), $to(keys, token))
         }
     };
+    (@ $via:ident $(#[$attr:meta])* release_value [$to:ident $($_:ident)?]) => {
+        $(#[$attr])*
+        fn release_value<'a>(
+            &'a self,
+            keys: &'a [String],
+            token: &'a str,
+            metadata: &'a str,
+        ) -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
+            $via!(self, "release", keys.join("`, `"), $to(keys, token, metadata))
+        }
+    };
     (@ $via:ident $(#[$attr:meta])* remaining [$to:ident $($_:ident)?]) => {
         $(#[$attr])*
         fn remaining<'a>(
@@ -183,7 +194,7 @@ pub(super) use {boxed, forward};
 /// A shared backend: several [`Locker`](crate::Locker)s built with
 /// `Locker::new(backend.clone())` contend on the same locks.
 impl<B: Backend + ?Sized> Backend for Arc<B> {
-    forward!(inner: acquire, refresh, refresh_many, release, remaining, listen, inspect, keys);
+    forward!(inner: acquire, refresh, refresh_many, release, release_value, remaining, listen, inspect, keys);
     forward!(inner: force_release, downgrade);
 
     fn drift(&self, ttl: Duration) -> Duration {

@@ -158,9 +158,10 @@ impl Fair {
     }
 
     /// `release_plain.lua` for a key owned and unmarked (deleted, the flag
-    /// not read), else `release.lua` lines 22-40, then
+    /// not read; the model's values carry no metadata), else `release.lua`
+    /// lines 37-56, then
     /// `release_announce.lua`: a hand-over for an owner, `leave` (lines
-    /// 58-84) for a waiter that gives up.
+    /// 56-82) for a waiter that gives up.
     fn release(&self, s: &mut FairState, c: usize) {
         let now = s.now;
         let owned = s.key.is_some_and(|held| held.owner as usize == c);
@@ -187,8 +188,8 @@ impl Fair {
         }
     }
 
-    /// `release_announce.lua` `hand_over` (lines 12-29), else the plain
-    /// announcement (line 107).
+    /// `release_announce.lua` `hand_over` (lines 13-30), else the plain
+    /// announcement (line 105).
     fn hand_over(&self, s: &mut FairState, c: usize) {
         while !s.queue.is_empty() {
             let entry = s.queue.remove(0);

@@ -4,6 +4,7 @@
 //! refuses as denied, in [`Scripts::Auto`](super::Scripts::Auto), is made
 //! again without scripts, and so is every later call.
 
+use std::future::Future;
 use std::time::Duration;
 
 use super::locks::Protocol;
@@ -90,19 +91,33 @@ impl<T: Transport> Protocol<T> {
         futures_util::future::join_all(calls).await
     }
 
-    pub(in crate::backend) async fn release(
-        &self,
-        keys: &[String],
-        token: &str,
-    ) -> Result<bool, LockError> {
-        if !self.may_hold(keys, token)? {
-            return Ok(false);
+    /// A release, told the lease's metadata when the caller has it (else
+    /// empty): the script compares the value whole. Without scripts the
+    /// value is read first either way.
+    ///
+    /// Not an `async fn`, whose future would hold its arguments twice: this
+    /// one is boxed on every release, and small enough without the copies
+    /// for the allocator's per-thread cache (at most 1032 bytes).
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice"
+    )]
+    pub(in crate::backend) fn release_value<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        metadata: &'a str,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a {
+        async move {
+            if !self.may_hold(keys, token)? {
+                return Ok(false);
+            }
+            either!(
+                self,
+                self.release_scripted(keys, token, metadata),
+                self.release_scriptless(keys, token)
+            )
         }
-        either!(
-            self,
-            self.release_scripted(keys, token),
-            self.release_scriptless(keys, token)
-        )
     }
 
     pub(in crate::backend) async fn remaining(

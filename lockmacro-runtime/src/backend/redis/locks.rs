@@ -13,9 +13,9 @@ use super::capabilities::Features;
 use super::config::RedisConfig;
 use super::errors::Failure;
 use super::protocol::{
-    REFRESH_BATCH, RefreshMany, acknowledged_acquire_pipe, acknowledged_outcome, acquire_args,
-    acquire_fair_args, acquire_shared_args, acquired, check_replica_timeout, millis, not_a_fence,
-    not_shares, plain_outcome, plain_set, pttl, refreshed, release_args,
+    Joined, REFRESH_BATCH, RefreshMany, acknowledged_acquire_pipe, acknowledged_outcome,
+    acquire_args, acquire_fair_args, acquire_shared_args, acquired, check_replica_timeout, millis,
+    not_a_fence, not_shares, plain_outcome, plain_set, pttl, refreshed, release_args,
 };
 use super::retry;
 use super::scripts::{
@@ -211,7 +211,7 @@ impl<T: Transport> Protocol<T> {
         match acknowledged_outcome(&reply, acked, &req, self.name())? {
             Ok(outcome) => Ok(outcome),
             Err(acked) => {
-                if let Err(err) = self.release(req.keys, req.token()).await {
+                if let Err(err) = self.release_value(req.keys, req.token(), "").await {
                     tracing::warn!(target: "lockmacro", server = %self.name(), error = %err,
                         "could not give back a lock the replicas did not acknowledge; it expires with its ttl");
                 }
@@ -296,20 +296,31 @@ impl<T: Transport> Protocol<T> {
         refreshed(reply, requests, self.name())
     }
 
+    /// The release script, given the lease's value (`token`, then
+    /// `metadata`; the metadata may be left out, which costs a release of a
+    /// lock that has some the read of its waiters flag).
     pub(super) async fn release_scripted(
         &self,
         keys: &[String],
         token: &str,
+        metadata: &str,
     ) -> Result<bool, LockError> {
         self.transport.check(keys, None)?;
         if token.len() != TOKEN_LEN {
             return Ok(false);
         }
         let done: i64 = if let [key] = keys {
-            // One lock, the usual release: its arguments on the stack.
-            let flag = T::COMPANIONS.flag(key);
-            let args = [token, flag.as_str()];
-            self.script("release", keys, &RELEASE, &args).await?
+            // One lock, the usual release: its arguments on the stack, the
+            // value written as one argument without being joined first,
+            // the flag only where the script cannot derive it.
+            let value = Joined(token, metadata);
+            if T::COMPANIONS.derivable() {
+                self.script("release", keys, &RELEASE, &[value]).await?
+            } else {
+                let flag = T::COMPANIONS.flag(key);
+                let args = [value, Joined(&flag, "")];
+                self.script("release", keys, &RELEASE, &args).await?
+            }
         } else {
             let args = release_args(keys, token, T::COMPANIONS);
             self.script("release", keys, &RELEASE, &args).await?
@@ -397,7 +408,16 @@ macro_rules! speaks_protocol {
                 keys: &'a [String],
                 token: &'a str,
             ) -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
-                Box::pin(self.protocol.release(keys, token))
+                Box::pin(self.protocol.release_value(keys, token, ""))
+            }
+
+            fn release_value<'a>(
+                &'a self,
+                keys: &'a [String],
+                token: &'a str,
+                metadata: &'a str,
+            ) -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
+                Box::pin(self.protocol.release_value(keys, token, metadata))
             }
 
             fn remaining<'a>(

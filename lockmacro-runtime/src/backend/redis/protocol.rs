@@ -109,6 +109,14 @@ impl Companions {
     pub(in crate::backend) fn flag(self, key: &str) -> String {
         self.name(key, derived_waiters_key)
     }
+
+    /// True when the release script derives a key's waiters flag itself
+    /// as [`flag`](Self::flag) names it, so that the release of one key can
+    /// leave it out: an argument costs every release. Not on a cluster,
+    /// where the derived name may be in another slot.
+    pub(in crate::backend) fn derivable(self) -> bool {
+        matches!(self, Companions::Derived)
+    }
 }
 
 /// The arguments of the acquire script (`acquire.lua`) for `req`, whose
@@ -200,6 +208,24 @@ pub(in crate::backend) fn release_args(
 ) -> Vec<String> {
     let flags = keys.iter().map(|key| companions.flag(key));
     std::iter::once(token.to_owned()).chain(flags).collect()
+}
+
+/// One argument written from two pieces, `0` then `1`, as the command is
+/// built: a lease's value from its token and metadata, without joining them
+/// into a string of its own first.
+pub(in crate::backend) struct Joined<'a>(
+    pub(in crate::backend) &'a str,
+    pub(in crate::backend) &'a str,
+);
+
+impl redis::ToRedisArgs for Joined<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let mut arg = out.writer_for_next_arg();
+        // Into the command's own buffer, which cannot fail.
+        let _ = arg.write_all(self.0.as_bytes());
+        let _ = arg.write_all(self.1.as_bytes());
+    }
 }
 
 /// The plain attempt ([`AcquireRequest::is_plain`]): `SET key value NX PX

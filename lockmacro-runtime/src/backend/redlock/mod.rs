@@ -340,7 +340,7 @@ impl RedlockBackend {
             self.masters(),
             timeout,
             "release",
-            release_op(keys.clone(), token.into()),
+            release_op(keys.clone(), token.into(), token.len()),
         );
         while set.next().await.is_some() {}
     }
@@ -379,14 +379,18 @@ impl RedlockBackend {
     }
 }
 
+/// The release on each master of the lease whose value is `value`, its
+/// token the first `token_len` bytes: one copy of the value for all.
 fn release_op(
     keys: Arc<[String]>,
-    token: Arc<str>,
+    value: Arc<str>,
+    token_len: usize,
 ) -> impl Fn(RedisBackend) -> BoxFuture<'static, Result<Answer<(), ()>, LockError>> + Send + Sync {
     move |backend| {
-        let (keys, token) = (keys.clone(), token.clone());
+        let (keys, value) = (keys.clone(), value.clone());
         Box::pin(async move {
-            Ok(if backend.release(&keys, &token).await? {
+            let (token, metadata) = value.split_at(token_len);
+            Ok(if backend.release_value(&keys, token, metadata).await? {
                 Answer::Yes(())
             } else {
                 Answer::No(())
@@ -520,13 +524,27 @@ impl Backend for RedlockBackend {
         keys: &'a [String],
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
+        self.release_value(keys, token, "")
+    }
+
+    fn release_value<'a>(
+        &'a self,
+        keys: &'a [String],
+        token: &'a str,
+        metadata: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
             let timeout = self.inner.config.response_timeout;
+            let value: Arc<str> = if metadata.is_empty() {
+                token.into()
+            } else {
+                [token, metadata].concat().into()
+            };
             let mut set = self.fan_out(
                 self.masters(),
                 timeout,
                 "release",
-                release_op(keys.into(), token.into()),
+                release_op(keys.into(), value, token.len()),
             );
             let tally = self.tally(&mut set).await;
             // The token is never used again, so the stragglers can finish

@@ -18,5 +18,5 @@ local owned = 'permit'
 if held == 'lock' then
   owned = 'lock'
 end
-announce(ARGV[1], {{1, owned}})
+announce(ARGV[1], {{1, owned, ARGV[2]}})
 return 1

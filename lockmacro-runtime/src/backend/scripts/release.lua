@@ -1,7 +1,12 @@
--- Deletes each of KEYS[*] still held by token ARGV[1] (a lock, or takes
--- back a share: see leases.lua); keys held by someone else are left alone.
+-- Deletes each of KEYS[*] still held by the token at the start of ARGV[1]
+-- (the lease's value, or its token alone: see release_plain.lua), a lock,
+-- or takes back a share (see leases.lua); keys held by someone else are
+-- left alone.
 -- ARGV[1 + i] names the waiters flag of KEYS[i] (see waiters.lua), in
--- KEYS[i]'s cluster slot, or is empty when the key can have none; the flag
+-- KEYS[i]'s cluster slot, or is empty when the key can have none; left out
+-- (one key, where the derived name is always in its slot: not on a
+-- cluster), it is derived here as the client derives it (`derived_waiters_key`): an argument costs every
+-- release, the derivation only this one, which is not the usual. The flag
 -- and the queue of fair waiters (see acquire_fair.lua) are not declared, so
 -- that a release touches one declared key per lock key, as before queues,
 -- while a cluster slot migrates. Returns 1 if all were ours, else 0.
@@ -16,11 +21,22 @@
 -- redis.pcall: a user whose ACL denies the channel still releases; its
 -- waiters then wait by backoff. A flag of another type (written by someone
 -- else) counts as set; an empty flag name, as set.
-local token = ARGV[1]
+local function derived_flag(key)
+  local open = string.find(key, '{', 1, true)
+  local close = open and string.find(key, '}', open + 1, true)
+  if close and close > open + 1 then
+    return key .. ':waiters'
+  end
+  return '{' .. key .. '}:waiters'
+end
+
+-- Tokens are 32 hex digits.
+local token = string.sub(ARGV[1], 1, 32)
 local all = 1
 local awaited
 for i = 1, #KEYS do
-  local key, flag = KEYS[i], ARGV[1 + i] or ''
+  local key = KEYS[i]
+  local flag = ARGV[1 + i] or derived_flag(key)
   -- A lock or a share (see leases.lua).
   local owned = held(key, token)
   if owned == 'lock' then
@@ -36,7 +52,7 @@ for i = 1, #KEYS do
   end
   if flag == '' or redis.pcall('GET', flag) ~= false then
     awaited = awaited or {}
-    awaited[#awaited + 1] = {i, owned}
+    awaited[#awaited + 1] = {i, owned, flag}
   end
 end
 if awaited then

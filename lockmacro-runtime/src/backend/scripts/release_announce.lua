@@ -1,6 +1,7 @@
 -- The body of announce(token, awaited), which release.lua calls, after it
 -- deleted the keys, for the keys someone may wait for (`awaited`: {i,
--- owned} pairs, KEYS[i] and what this release gave back of it). fence.lua and
+-- owned, flag}, KEYS[i], what this release gave back of it, and its waiters
+-- flag, named or derived). fence.lua and
 -- grant.lua come before this, inside the same function: a release that
 -- nobody waits for does not even define them; leases.lua (server_now)
 -- comes before the function.
@@ -83,8 +84,8 @@ end
 for _, pair in ipairs(awaited) do
   -- `owned`: 'lock', a share ('permit', whose waiters may queue, or
   -- 'write') or nil.
-  local i, owned = pair[1], pair[2]
-  local key, flag = KEYS[i], ARGV[1 + i]
+  local i, owned, flag = pair[1], pair[2], pair[3]
+  local key = KEYS[i]
   -- The queue is named as the flag is, with another suffix (see
   -- `derived_queue_key`); none when the key can have no flag.
   local queue = ''

@@ -328,7 +328,7 @@ macro_rules! on_master {
 }
 
 impl Backend for SentinelBackend {
-    forward!(on_master: acquire, refresh, release, remaining, inspect, keys, force_release);
+    forward!(on_master: acquire, refresh, release, release_value, remaining, inspect, keys, force_release);
     forward!(on_master: downgrade);
 
     fn name(&self) -> &'static str {
