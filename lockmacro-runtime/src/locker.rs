@@ -477,9 +477,12 @@ impl Locker {
             // the waiting after it at once.
             let lease = match wait.first().await? {
                 First(Ok(lease)) => lease,
+                // Boxed: only an obtain that finds the keys busy goes on,
+                // and inline its state would make every obtain's future
+                // half as large again.
                 First(Err(busy)) => tokio::select! {
                     biased;
-                    lease = wait.rest(busy) => lease?,
+                    lease = Box::pin(wait.rest(busy)) => lease?,
                     () = registry.closing() => return Err(shut_down(request.key())),
                 },
             };
