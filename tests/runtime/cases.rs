@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{HoldOptions, LockError, ObtainOptions, RetryStrategy};
+use lockmacro_runtime::{HoldOptions, LockError, Locker, ObtainOptions, RetryStrategy};
 use tokio::time::Instant;
 
 use lockmacro_testkit::{Fixture, Kind};
@@ -150,6 +150,67 @@ pub async fn wrong_or_short_token_is_refused(fx: &Fixture) {
             .is_not_obtained()
     );
     fx.check(lock.release().await, "owner release");
+}
+
+/// Obtains and releases `job`: it was free.
+async fn is_free(fx: &Fixture, locker: &Locker, what: &str) {
+    let lock = fx.check(locker.obtain("job", LONG, once()).await, what);
+    fx.check(lock.release().await, what);
+}
+
+/// A release told the lease's metadata (`Backend::release_value`, which
+/// the Redis backends compare with the stored value whole) or only its
+/// token: the token decides, whatever metadata comes with it.
+pub async fn a_release_is_decided_by_the_token_with_or_without_the_metadata(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let keys = vec![locker.wire_key("job")];
+    let backend = locker.backend();
+    let with_metadata = || once().metadata("worker-7");
+
+    let lock = fx.check(locker.obtain("job", LONG, with_metadata()).await, "obtain");
+    let other = "0".repeat(32);
+    assert!(
+        !fx.check(
+            backend.release_value(&keys, &other, "worker-7").await,
+            "release"
+        ),
+        "another token with the same metadata released the lock"
+    );
+    assert!(
+        locker
+            .obtain("job", LONG, once())
+            .await
+            .unwrap_err()
+            .is_not_obtained()
+    );
+    assert!(
+        fx.check(
+            backend.release_value(&keys, lock.token(), "worker-7").await,
+            "release"
+        ),
+        "the token and its metadata"
+    );
+    is_free(fx, &locker, "after the release with the metadata").await;
+    drop(lock);
+
+    let lock = fx.check(locker.obtain("job", LONG, with_metadata()).await, "obtain");
+    assert!(
+        fx.check(backend.release(&keys, lock.token()).await, "release"),
+        "the token alone"
+    );
+    is_free(fx, &locker, "after the release with the token alone").await;
+    drop(lock);
+
+    let lock = fx.check(locker.obtain("job", LONG, with_metadata()).await, "obtain");
+    assert!(
+        fx.check(
+            backend.release_value(&keys, lock.token(), "worker-8").await,
+            "release"
+        ),
+        "the token with other metadata"
+    );
+    is_free(fx, &locker, "after the release with other metadata").await;
+    drop(lock);
 }
 
 pub async fn fence_tokens_strictly_increase_across_releases_and_lockers(fx: &Fixture) {

@@ -45,6 +45,7 @@ lockmacro_testkit::for_each_backend! {
         refresh_extends_the_lease,
         ttl_reports_the_remaining_lease,
         wrong_or_short_token_is_refused,
+        a_release_is_decided_by_the_token_with_or_without_the_metadata,
         no_fence_token_unless_asked,
         namespaces_isolate,
         metadata_round_trips,
