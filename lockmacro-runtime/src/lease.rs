@@ -54,7 +54,9 @@ pub(crate) struct Lease {
     pub(crate) namespaced: Option<Arc<[String]>>,
     /// The token's 32 ASCII hex digits, inline for the same reason.
     pub(crate) token: [u8; TOKEN_LEN],
-    pub(crate) metadata: Box<str>,
+    /// Borrowed when the caller's was (the attribute's default, read once
+    /// per process): no copy per lease.
+    pub(crate) metadata: std::borrow::Cow<'static, str>,
     pub(crate) fence: Option<u64>,
     /// A share of the key (a permit, a read, the write), or `None`: the key.
     /// What it holds now is [`Lease::share`].

@@ -8,7 +8,23 @@ use crate::backend::Share;
 use crate::{LockError, LockGuard, Locker};
 
 tokio::task_local! {
-    static HELD: Vec<LockGuard>;
+    static HELD: Held;
+}
+
+/// The locks a task holds under the attribute, innermost last: most hold
+/// one, kept without a list of its own (an allocation per call).
+enum Held {
+    One(LockGuard),
+    Nested(Vec<LockGuard>),
+}
+
+impl Held {
+    fn iter(&self) -> std::slice::Iter<'_, LockGuard> {
+        match self {
+            Held::One(guard) => std::slice::from_ref(guard).iter(),
+            Held::Nested(guards) => guards.iter(),
+        }
+    }
 }
 
 /// A guard of this task's that holds every one of `keys` on `locker`'s
@@ -46,9 +62,12 @@ pub(crate) fn check_upgrade(held: &LockGuard, wanted: Option<Share>) -> Result<(
 
 /// Runs `body` with `guard` added to the task's held locks.
 pub(crate) fn scope<F: Future>(guard: &LockGuard, body: F) -> impl Future<Output = F::Output> {
-    let mut held = HELD
-        .try_with(|held| held.iter().map(LockGuard::share).collect())
-        .unwrap_or_else(|_| Vec::new());
-    held.push(guard.share());
+    let held = HELD
+        .try_with(|held| {
+            let mut guards: Vec<LockGuard> = held.iter().map(LockGuard::share).collect();
+            guards.push(guard.share());
+            Held::Nested(guards)
+        })
+        .unwrap_or_else(|_| Held::One(guard.share()));
     HELD.scope(held, body)
 }

@@ -517,7 +517,7 @@ impl<'a> Wait<'a> {
             keys: request.keys.clone(),
             namespaced: request.namespaced.clone(),
             token: request.token,
-            metadata: request.opts.metadata.as_ref().into(),
+            metadata: request.opts.metadata.clone(),
             fence,
             share: request.opts.share,
             downgraded: AtomicBool::new(false),
