@@ -41,16 +41,24 @@ impl<T: Transport> Protocol<T> {
         Ok(token.len() == TOKEN_LEN)
     }
 
-    pub(in crate::backend) async fn acquire(
-        &self,
-        req: AcquireRequest<'_>,
-    ) -> Result<Acquired, LockError> {
-        self.transport.check(req.keys, req.fence_key)?;
-        either!(
-            self,
-            self.acquire_scripted(req),
-            self.acquire_scriptless(req)
-        )
+    /// Not an `async fn`, whose future would hold the request twice: this
+    /// one is boxed on every obtain.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice"
+    )]
+    pub(in crate::backend) fn acquire<'a>(
+        &'a self,
+        req: AcquireRequest<'a>,
+    ) -> impl Future<Output = Result<Acquired, LockError>> + Send + 'a {
+        async move {
+            self.transport.check(req.keys, req.fence_key)?;
+            either!(
+                self,
+                self.acquire_scripted(req),
+                self.acquire_scriptless(req)
+            )
+        }
     }
 
     pub(in crate::backend) async fn refresh(
