@@ -1,7 +1,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::Either;
 use tracing::Instrument;
 
 use crate::backend::Backend;
@@ -378,14 +377,11 @@ impl Locker {
     ) -> impl Future<Output = Result<Lock, LockError>> + Send + use<'_> {
         keys.sort_unstable();
         keys.dedup();
-        match self.request(keys, ttl, opts) {
-            Ok(request) => {
-                let span = tracing::debug_span!(target: "lockmacro", "obtain",
-                    key = %Joined(request.keys()), ?ttl);
-                Either::Left(self.obtain_request(request).instrument(span))
-            }
-            Err(err) => Either::Right(std::future::ready(Err(err))),
-        }
+        let span = tracing::debug_span!(target: "lockmacro", "obtain", key = %Joined(&keys), ?ttl);
+        // A refusal is the future's answer too, from the same future: one
+        // type, copied once less than a choice between two.
+        self.obtain_request(self.request(keys, ttl, opts))
+            .instrument(span)
     }
 
     /// The request for sorted `keys`, or why no obtain can take the keys,
@@ -449,7 +445,8 @@ impl Locker {
         ))
     }
 
-    /// Waits for the keys of `request`, in the span `obtain_many` opened.
+    /// Waits for the keys of `request`, in the span `obtain_keys` opened;
+    /// a request refused when it was made is the answer at once.
     ///
     /// Not an `async fn`, whose future would hold the request twice: every
     /// obtain's future is copied as it starts.
@@ -459,9 +456,15 @@ impl Locker {
     )]
     fn obtain_request(
         &self,
-        request: Request,
+        request: Result<Request, LockError>,
     ) -> impl Future<Output = Result<Lock, LockError>> + Send + '_ {
         async move {
+            // Borrowed rather than moved out: moved, the request would be
+            // held twice in this future.
+            let request = match request {
+                Ok(ref request) => request,
+                Err(err) => return Err(err),
+            };
             let registry = &self.shared.registry;
             // Held until the wait, dropped or ended, has spawned what gives
             // back its claim: a shutdown waits for both.
@@ -469,7 +472,7 @@ impl Locker {
             // A local the wait borrows, rather than moved into its future:
             // that future is then a third of the size, and every obtain's
             // future, which is copied as it starts, with it.
-            let mut wait = Wait::new(&request, self.namespace());
+            let mut wait = Wait::new(request, self.namespace());
             // The first attempt is not raced with the shutdown, which would
             // cost every obtain a waiter on the shutdown signal: one in
             // flight as the locker shuts down ends within the response

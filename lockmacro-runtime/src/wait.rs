@@ -94,11 +94,6 @@ impl Request {
         std::str::from_utf8(&self.token).expect("a simple uuid is ASCII hex")
     }
 
-    /// The keys, sorted, as the caller named them.
-    pub(crate) fn keys(&self) -> &[String] {
-        &self.keys
-    }
-
     /// The keys as sent, namespaced.
     fn wire_keys(&self) -> &[String] {
         self.namespaced.as_deref().unwrap_or(&self.keys)
