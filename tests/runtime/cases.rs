@@ -142,14 +142,17 @@ pub async fn wrong_or_short_token_is_refused(fx: &Fixture) {
             None
         );
     }
-    assert!(
-        locker
-            .obtain("job", LONG, once())
-            .await
-            .unwrap_err()
-            .is_not_obtained()
-    );
+    assert!(job_is_held(&locker).await);
     fx.check(lock.release().await, "owner release");
+}
+
+/// True when `job` is held by someone else: `locker` is refused it.
+async fn job_is_held(locker: &Locker) -> bool {
+    locker
+        .obtain("job", LONG, once())
+        .await
+        .unwrap_err()
+        .is_not_obtained()
 }
 
 /// Obtains and releases `job`: it was free.
@@ -176,41 +179,23 @@ pub async fn a_release_is_decided_by_the_token_with_or_without_the_metadata(fx: 
         ),
         "another token with the same metadata released the lock"
     );
-    assert!(
-        locker
-            .obtain("job", LONG, once())
-            .await
-            .unwrap_err()
-            .is_not_obtained()
-    );
-    assert!(
-        fx.check(
-            backend.release_value(&keys, lock.token(), "worker-7").await,
-            "release"
-        ),
-        "the token and its metadata"
-    );
-    is_free(fx, &locker, "after the release with the metadata").await;
-    drop(lock);
+    assert!(job_is_held(&locker).await);
+    fx.check(lock.release().await, "owner release");
 
-    let lock = fx.check(locker.obtain("job", LONG, with_metadata()).await, "obtain");
-    assert!(
-        fx.check(backend.release(&keys, lock.token()).await, "release"),
-        "the token alone"
-    );
-    is_free(fx, &locker, "after the release with the token alone").await;
-    drop(lock);
-
-    let lock = fx.check(locker.obtain("job", LONG, with_metadata()).await, "obtain");
-    assert!(
-        fx.check(
-            backend.release_value(&keys, lock.token(), "worker-8").await,
-            "release"
-        ),
-        "the token with other metadata"
-    );
-    is_free(fx, &locker, "after the release with other metadata").await;
-    drop(lock);
+    for (metadata, what) in [
+        (Some("worker-7"), "the token and its metadata"),
+        (None, "the token alone"),
+        (Some("worker-8"), "the token with other metadata"),
+    ] {
+        let lock = fx.check(locker.obtain("job", LONG, with_metadata()).await, "obtain");
+        let released = match metadata {
+            Some(metadata) => backend.release_value(&keys, lock.token(), metadata).await,
+            None => backend.release(&keys, lock.token()).await,
+        };
+        assert!(fx.check(released, what), "{what}: not released");
+        is_free(fx, &locker, what).await;
+        drop(lock);
+    }
 }
 
 pub async fn fence_tokens_strictly_increase_across_releases_and_lockers(fx: &Fixture) {
@@ -298,13 +283,7 @@ pub async fn namespaces_isolate(fx: &Fixture) {
         "obtain without namespace",
     );
     let again_a = fx.locker().await.with_namespace("a");
-    assert!(
-        again_a
-            .obtain("job", LONG, once())
-            .await
-            .unwrap_err()
-            .is_not_obtained()
-    );
+    assert!(job_is_held(&again_a).await);
 }
 
 pub async fn metadata_round_trips(fx: &Fixture) {
