@@ -6,8 +6,8 @@ use std::env;
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use lockmacro_runtime::{Locker, ObtainOptions};
-use lockmacro_testkit::{Fixture, Kind};
+use lockmacro_runtime::{LockError, Locker, ObtainOptions};
+use lockmacro_testkit::{Fixture, Kind, RedisServer};
 
 use crate::process::rerun_as_child;
 
@@ -144,4 +144,35 @@ async fn hold_then_shut_down(spec: &str) {
     // hold them when `main` returns.
     assert!(guard.is_lost() && leader.is_lost());
     drop((lock, permit));
+}
+
+/// A shutdown that comes while an obtain's first attempt waits on a frozen
+/// server: the attempt is not cut off (its `SET` is on the wire), and once
+/// the server answers, what it took is given back before the obtain says
+/// `ShutDown` and before the shutdown returns. Nothing is left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_in_flight_at_shutdown_gives_back_what_it_took() {
+    let server = RedisServer::start();
+    let locker = server.locker().await;
+    server.pause();
+    let mut obtain = Box::pin(locker.obtain("job", TTL, ObtainOptions::new()));
+    // One poll sends the attempt; the frozen server cannot answer it yet.
+    assert!(futures::poll!(obtain.as_mut()).is_pending());
+    let mut shutdown = Box::pin(locker.shutdown_within(HANG));
+    // One poll closes the locker; it then waits for the attempt.
+    assert!(futures::poll!(shutdown.as_mut()).is_pending());
+    server.resume();
+    let (obtained, report) = tokio::time::timeout(HANG, async { tokio::join!(obtain, shutdown) })
+        .await
+        .expect("the obtain and the shutdown end once the server answers");
+    assert!(
+        matches!(&obtained, Err(LockError::ShutDown { key }) if key == "job"),
+        "{obtained:?}"
+    );
+    assert!(report.is_complete(), "{report:?}");
+    let left: i64 = server.cmd(&["EXISTS", "job"]);
+    assert_eq!(
+        left, 0,
+        "the key taken by the attempt in flight was left held"
+    );
 }
