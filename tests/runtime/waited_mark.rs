@@ -153,7 +153,7 @@ async fn without_scripts_a_marked_holder_s_release_wakes_its_waiter() {
     }
 }
 
-/// A plain attempt (`SET … NX PX … GET`) sent again after its reply was
+/// A plain attempt (`SET … NX PX`) sent again after its reply was
 /// lost, once a waiter marked the value it wrote, is still told the key is
 /// its own; another value is still refused. With scripts and without.
 #[tokio::test]

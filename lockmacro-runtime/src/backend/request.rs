@@ -247,8 +247,8 @@ pub enum Acquired {
         index: usize,
         /// The holder's remaining lease.
         remaining: Option<Duration>,
-        /// The holder's metadata, when the answer carries it at no extra
-        /// cost (the plain Redis `SET … NX GET` returns the holder's value).
+        /// The holder's metadata, when the backend read it (a refused
+        /// plain Redis attempt reads the holder's value and its `PTTL`).
         holder: Option<String>,
     },
 }

@@ -1,4 +1,4 @@
-//! The plain lock: one key taken by `SET key value NX PX ttl GET` (or
+//! The plain lock: one key taken by `SET key value NX PX ttl` (or
 //! `acquire.lua` for an attempt that will wait), refreshed by `refresh.lua`,
 //! released by `release.lua`, with the waiters flag of `waiters.lua` that
 //! tells a release whether to announce itself, and the mark of `mark.lua` on

@@ -11,11 +11,11 @@ use redis::FromRedisValue;
 
 use super::capabilities::Features;
 use super::config::RedisConfig;
-use super::errors::Failure;
+use super::errors::{Failure, wrong_type};
 use super::protocol::{
     Joined, REFRESH_BATCH, RefreshMany, acknowledged_acquire_pipe, acknowledged_outcome,
     acquire_args, acquire_fair_args, acquire_shared_args, acquired, check_replica_timeout, millis,
-    not_a_fence, not_shares, plain_outcome, plain_set, pttl, refreshed, release_args,
+    not_a_fence, not_shares, plain_busy, plain_outcome, plain_set, pttl, refreshed, release_args,
 };
 use super::retry;
 use super::scripts::{
@@ -93,35 +93,45 @@ impl<T: Transport> Protocol<T> {
         })
     }
 
-    /// A plain lock's one `SET … NX PX … GET`, with scripts or without:
-    /// the answer when it decides, `None` when the key holds shares (a set,
-    /// a hash), which the caller's full acquire reads and may take.
+    /// A plain lock's one `SET … NX PX`, with scripts or without: the
+    /// answer when it decides, `None` when the key holds shares (a set, a
+    /// hash), which the caller's full acquire reads and may take.
     pub(super) async fn plain_attempt(
         &self,
         req: &AcquireRequest<'_>,
     ) -> Result<Option<Acquired>, LockError> {
         let set = &plain_set(req);
-        let previous: Result<Option<String>, Failure> = self
+        let taken: Result<bool, Failure> = self
             .send(self.transport.conn(), req.keys, |mut conn| async move {
                 set.query_async(&mut conn).await
             })
             .await;
-        match previous {
-            Ok(previous) => match plain_outcome(req, previous) {
-                Some(Acquired::Busy { holder, .. }) => Ok(Some(Acquired::Busy {
-                    index: 0,
-                    // Boxed, as the busy path alone asks.
-                    remaining: Box::pin(self.holder_left(&req.keys[0])).await,
-                    holder,
-                })),
-                other => Ok(other),
-            },
-            Err(Failure::Redis(err)) if err.code() == Some("WRONGTYPE") => Ok(None),
-            Err(failure) => {
-                let what = format!("obtain `{}`", req.keys[0]);
-                Err(failure.into_error(self.name(), &what).into())
-            }
+        match taken {
+            Ok(true) => Ok(Some(Acquired::Obtained { fence: None })),
+            // Boxed, as the busy path alone reads the key.
+            Ok(false) => Box::pin(self.plain_refused(req)).await,
+            Err(failure) => Err(self.obtain_failed(req, failure)),
         }
+    }
+
+    /// After a refused `SET … NX`: who holds the key, and for how long.
+    async fn plain_refused(&self, req: &AcquireRequest<'_>) -> Result<Option<Acquired>, LockError> {
+        let read = &plain_busy(&req.keys[0]);
+        let found: Result<(Option<String>, i64), Failure> = self
+            .send(self.transport.conn(), req.keys, |mut conn| async move {
+                read.query_async(&mut conn).await
+            })
+            .await;
+        match found {
+            Ok(found) => Ok(plain_outcome(req, found)),
+            Err(Failure::Redis(err)) if wrong_type(&err) => Ok(None),
+            Err(failure) => Err(self.obtain_failed(req, failure)),
+        }
+    }
+
+    fn obtain_failed(&self, req: &AcquireRequest<'_>, failure: Failure) -> LockError {
+        let what = format!("obtain `{}`", req.keys[0]);
+        failure.into_error(self.name(), &what).into()
     }
 
     pub(super) async fn acquire_scripted(
@@ -176,22 +186,6 @@ impl<T: Transport> Protocol<T> {
         };
         let reply = reply.map_err(|err| not_a_fence(err, req.fence_key))?;
         acquired(&reply, &req, self.name())
-    }
-
-    /// How long the holder of `key` has left, for a refusal's
-    /// `Retry-After`: asked only once the plain attempt was refused, so that
-    /// an obtain costs one `SET`. `None` when that cannot be told.
-    pub(super) async fn holder_left(&self, key: &str) -> Option<Duration> {
-        let keys = std::slice::from_ref(&key);
-        let left: i64 = self
-            .send(
-                self.transport.conn(),
-                &[key.to_owned()],
-                |mut conn| async move { redis::cmd("PTTL").arg(keys).query_async(&mut conn).await },
-            )
-            .await
-            .ok()?;
-        pttl(left)
     }
 
     /// An acquire that waits for `req.replicas` replicas; gives the keys
