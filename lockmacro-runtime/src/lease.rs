@@ -290,7 +290,7 @@ impl Lease {
         if self.ended.swap(true, Ordering::AcqRel) {
             return false;
         }
-        metrics::ended(self.labels(), self.acquired_at.elapsed());
+        metrics::ended(self.labels(), self.acquired_at);
         self.registry.forget(self.id);
         true
     }

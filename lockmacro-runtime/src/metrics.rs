@@ -8,7 +8,7 @@
 //! [`Backend::name`]: crate::backend::Backend::name
 //! [`metrics`]: https://docs.rs/metrics
 
-use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::LockError;
 
@@ -30,29 +30,36 @@ impl Labels<'_> {
     }
 }
 
-/// A lock was obtained after waiting `waited`.
-pub(crate) fn obtained(at: Labels<'_>, waited: Duration) {
+/// A lock was obtained, waited for since `since`.
+///
+/// The functions here take the instant a duration runs from, not the
+/// duration: reading the clock is a call the compiler cannot leave out, and
+/// without the feature nobody needs its answer.
+pub(crate) fn obtained(at: Labels<'_>, since: Instant) {
     #[cfg(feature = "metrics")]
     {
+        let waited = since.elapsed();
         let labels = at.pairs();
         metrics::counter!("lockmacro_obtained_total", &labels).increment(1);
         metrics::histogram!("lockmacro_wait_seconds", &labels).record(waited.as_secs_f64());
         metrics::gauge!("lockmacro_leases_held", &labels).increment(1.0);
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (at, waited);
+    let _ = (at, since);
 }
 
-/// An obtain gave up after waiting `waited`: the key is held by someone else.
-pub(crate) fn busy(at: Labels<'_>, waited: Duration) {
+/// An obtain gave up, waited for since `since`: the key is held by someone
+/// else.
+pub(crate) fn busy(at: Labels<'_>, since: Instant) {
     #[cfg(feature = "metrics")]
     {
+        let waited = since.elapsed();
         let labels = at.pairs();
         metrics::counter!("lockmacro_busy_total", &labels).increment(1);
         metrics::histogram!("lockmacro_wait_seconds", &labels).record(waited.as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (at, waited);
+    let _ = (at, since);
 }
 
 /// A lease was given back by its owner.
@@ -163,16 +170,17 @@ pub(crate) fn describe() {
     }
 }
 
-/// A lease is gone after `held`, however it ended.
-pub(crate) fn ended(at: Labels<'_>, held: Duration) {
+/// A lease held since `since` is gone, however it ended.
+pub(crate) fn ended(at: Labels<'_>, since: Instant) {
     #[cfg(feature = "metrics")]
     {
+        let held = since.elapsed();
         let labels = at.pairs();
         metrics::histogram!("lockmacro_hold_seconds", &labels).record(held.as_secs_f64());
         metrics::gauge!("lockmacro_leases_held", &labels).decrement(1.0);
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (at, held);
+    let _ = (at, since);
 }
 
 /// An election's term ended without ending the campaign, for `reason`.

@@ -264,7 +264,14 @@ impl<'a> Wait<'a> {
         let opts = &request.opts;
         self.attempts += 1;
         self.sent_attempts += 1;
-        let sent = Instant::now();
+        // The first attempt, unless a fair waiter listened first, is sent in
+        // the poll that started the clock: its start is when it was sent,
+        // or a little before, which only shortens the lease it trusts.
+        let sent = if self.sent_attempts == 1 && self.listening.is_none() {
+            self.start
+        } else {
+            Instant::now()
+        };
         let queue_for = opts.fair.then(|| match self.deadline {
             Some(deadline) if !opts.retry.is_none() => deadline.saturating_duration_since(sent),
             _ => Duration::ZERO,
@@ -372,7 +379,7 @@ impl<'a> Wait<'a> {
     /// for how long, as far as the last attempt found out.
     async fn give_up(&mut self, busy: Busy) -> LockError {
         self.claim.give_back().await;
-        metrics::busy(self.labels, self.start.elapsed());
+        metrics::busy(self.labels, self.start);
         let keys = &self.request.keys;
         LockError::NotObtained {
             key: keys.get(busy.index).unwrap_or(&keys[0]).clone(),
@@ -499,7 +506,7 @@ impl<'a> Wait<'a> {
     ) -> Arc<Lease> {
         let request = self.request;
         self.claim.armed = false;
-        metrics::obtained(self.labels, self.start.elapsed());
+        metrics::obtained(self.labels, self.start);
         let hold_until = request.opts.max_hold.map(|hold| acquired_at + hold);
         let mut timing = Timing::new(request.ttl, sent, request.drift, hold_until);
         if let Some(until) = granted_until {
