@@ -4,9 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use redis::Script;
-use redis::aio::ConnectionManager;
 
-use crate::backend::{open_manager, send_once_more};
+use crate::backend::{ServerConn, open_connection, send_once_more};
 use crate::{LockError, RedisConfig};
 
 static FENCED_SET: LazyLock<Script> =
@@ -61,7 +60,7 @@ pub struct FencedStore {
 enum Inner {
     Memory(Arc<Mutex<HashMap<String, FencedValue>>>),
     Redis {
-        conn: ConnectionManager,
+        conn: ServerConn,
         /// `redis 127.0.0.1:6379`, for error messages.
         server: String,
     },
@@ -162,7 +161,7 @@ impl FencedStore {
     /// # let _ = store; Ok(()) }
     /// ```
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
-        let (_, conn, server) = open_manager(url, &config).await?;
+        let (_, conn, server) = open_connection(url, &config).await?;
         Ok(FencedStore {
             inner: Inner::Redis { conn, server },
             prefix: Arc::from(""),

@@ -334,6 +334,58 @@ async fn refresh_survives_a_connection_cut_while_idle() {
     server.expect_ok(lock.release().await, "release");
 }
 
+/// A connection cut with many calls in flight on it is opened again once,
+/// and every call is sent again on the new one: the calls that find it
+/// dropped do not each open a connection of their own.
+#[tokio::test]
+async fn calls_in_flight_on_a_cut_connection_go_again_on_one_new_connection() {
+    const CALLS: usize = 64;
+    let server = RedisServer::start();
+    let locker = server.locker().await;
+    let mut raw = server.client().get_connection().unwrap();
+    let info = |raw: &mut redis::Connection, field: &str| -> i64 {
+        let info: String = redis::cmd("INFO").query(raw).unwrap();
+        let line = info
+            .lines()
+            .find(|line| line.starts_with(&format!("{field}:")));
+        line.and_then(|line| line.split(':').nth(1)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in INFO"))
+    };
+    let connections = info(&mut raw, "total_connections_received");
+    // Writes are held, so that every obtain waits on the connection.
+    let () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "10000", "WRITE"])
+        .query(&mut raw)
+        .unwrap();
+    let keys: Vec<String> = (0..CALLS).map(|i| format!("job:{i}")).collect();
+    let obtains = futures::future::join_all(
+        keys.iter()
+            .map(|key| locker.obtain(key, LONG, ObtainOptions::new())),
+    );
+    let cut = async {
+        let started = Instant::now();
+        while info(&mut raw, "blocked_clients") == 0 {
+            assert!(started.elapsed() < LONG, "no obtain reached the server");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+            .query(&mut raw)
+            .unwrap();
+        assert_eq!(killed, 1, "the locker's one command connection");
+        let () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut raw).unwrap();
+    };
+    let (locks, ()) = tokio::join!(obtains, cut);
+    for lock in locks {
+        server.expect_ok(lock, "an obtain sent again after the cut");
+    }
+    assert_eq!(
+        info(&mut raw, "total_connections_received") - connections,
+        1,
+        "the cut connection was opened again once"
+    );
+}
+
 #[tokio::test]
 async fn restart_without_persistence_loses_the_lease_and_the_owner_learns_it() {
     let mut server = RedisServer::start();

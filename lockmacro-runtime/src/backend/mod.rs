@@ -48,7 +48,7 @@ pub use self::postgres::{
     POSTGRES_MAX_KEY_LEN, POSTGRES_MIGRATION, PostgresBackend, PostgresConfig,
 };
 pub use self::redis::{RedisBackend, RedisConfig, Scripts};
-pub(crate) use self::redis::{open_manager, redact, send_once_more};
+pub(crate) use self::redis::{ServerConn, open_connection, redact, send_once_more};
 pub use self::redlock::RedlockBackend;
 pub use self::request::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
 pub(crate) use self::request::{WAITED_MARK, unmarked};

@@ -1,6 +1,5 @@
 //! Opening clients and connections, with the configured timeouts and TLS.
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError};
 
 use super::config::RedisConfig;
@@ -9,6 +8,7 @@ use super::scripts::{
     ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
     RELEASE_LUA, REMAINING_LUA,
 };
+use super::server_conn::{Reopening, ServerConn};
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -77,15 +77,15 @@ pub(in crate::backend) fn open_client(
     }
 }
 
-/// A connection manager to the server at `url`, its client, and its name
+/// A connection to the server at `url`, its client, and its name
 /// for error messages (`redis 127.0.0.1:6379`); connecting is bounded by the
 /// config's timeouts.
-pub(crate) async fn open_manager(
+pub(crate) async fn open_connection(
     url: &str,
     config: &RedisConfig,
-) -> Result<(redis::Client, ConnectionManager, String), LockError> {
+) -> Result<(redis::Client, ServerConn, String), LockError> {
     let client = open_client(url, config)?;
-    let (conn, name) = manager_for(&client, config).await?;
+    let (conn, name) = connection_for(&client, config).await?;
     Ok((client, conn, name))
 }
 
@@ -94,26 +94,27 @@ pub(in crate::backend) fn server_name(client: &redis::Client) -> String {
     format!("redis {}", client.get_connection_info().addr())
 }
 
-/// A connection manager to the server of `client`, and the server's name;
+/// A connection to the server of `client`, and the server's name;
 /// connecting is bounded by the config's timeouts.
-pub(in crate::backend) async fn manager_for(
+pub(in crate::backend) async fn connection_for(
     client: &redis::Client,
     config: &RedisConfig,
-) -> Result<(ConnectionManager, String), LockError> {
+) -> Result<(ServerConn, String), LockError> {
     let name = server_name(client);
     let tls = matches!(
         client.get_connection_info().addr(),
         ConnectionAddr::TcpTls { .. }
     );
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_response_timeout(Some(config.response_timeout))
-        // Reconnection is retried by the next command, not in the
-        // background for long: a lock call must fail in bounded time.
-        .set_number_of_retries(1)
-        .set_max_delay(config.connect_timeout);
     let connect = async {
-        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+        // Opened again by the next command, not retried in the background
+        // for long: a lock call must fail in bounded time.
+        let conn = Reopening::open(
+            client.clone(),
+            config.connect_timeout,
+            config.response_timeout,
+        )
+        .await?;
+        let mut conn = ServerConn::Own(conn);
         // A server that wants a password accepts a connection without one and
         // refuses each command, and a port of another service may answer in
         // its own protocol: one command tells both here, not at the first
@@ -128,7 +129,7 @@ pub(in crate::backend) async fn manager_for(
             _ => Ok(conn),
         }
     };
-    // The manager's own timeout covers each TCP attempt; this bounds the
+    // The connection's own timeout covers each TCP attempt; this bounds the
     // whole of connecting (TLS, AUTH, HELLO, SELECT, the TIME) by the same
     // connect timeout, as its documentation promises.
     let conn = tokio::time::timeout(config.connect_timeout, connect)

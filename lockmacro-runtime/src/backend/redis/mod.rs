@@ -14,6 +14,7 @@ mod scriptless;
 mod scriptless_lease;
 mod scriptless_operate;
 mod scripts;
+mod server_conn;
 #[cfg(feature = "tls-rustls")]
 mod tls;
 mod transport;
@@ -22,7 +23,8 @@ mod watched;
 
 pub use self::capabilities::Scripts;
 pub use self::config::RedisConfig;
-pub(crate) use self::connect::open_manager;
+pub(crate) use self::connect::open_connection;
+pub(crate) use self::server_conn::ServerConn;
 // The etcd backend's `https://` members share the process's provider.
 #[cfg(all(feature = "tls-rustls", feature = "etcd"))]
 pub(super) use self::tls::install_crypto_provider;
@@ -53,7 +55,7 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
 
-use self::connect::{SCRIPT_SOURCES, manager_for, server_name};
+use self::connect::{SCRIPT_SOURCES, connection_for, server_name};
 use self::transport::{Acknowledged, Server};
 use self::watched::Exclusive;
 use crate::LockError;
@@ -131,7 +133,7 @@ impl RedisBackend {
     /// Connects to the server at `url` with `config`.
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
         let client = open_client(url, &config)?;
-        let (conn, name) = manager_for(&client, &config).await?;
+        let (conn, name) = connection_for(&client, &config).await?;
         Ok(Self::assemble(conn, name, client, &config).await)
     }
 
@@ -157,7 +159,7 @@ impl RedisBackend {
         client: redis::Client,
         config: RedisConfig,
     ) -> Result<Self, LockError> {
-        let (conn, name) = manager_for(&client, &config).await?;
+        let (conn, name) = connection_for(&client, &config).await?;
         Ok(Self::assemble(conn, name, client, &config).await)
     }
 
@@ -205,13 +207,13 @@ impl RedisBackend {
         config: RedisConfig,
     ) -> Self {
         let name = server_name(&client);
-        Self::assemble(manager, name, client, &config).await
+        Self::assemble(ServerConn::Manager(manager), name, client, &config).await
     }
 
     /// A backend sending its commands on `conn`, opening its pub/sub and
     /// replica-wait connections from `client`.
     async fn assemble(
-        conn: ConnectionManager,
+        conn: ServerConn,
         name: String,
         client: redis::Client,
         config: &RedisConfig,

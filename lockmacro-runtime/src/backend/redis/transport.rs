@@ -6,16 +6,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError};
 use tokio::time::Instant;
 
 use super::config::RedisConfig;
-use super::connect::manager_for;
+use super::connect::connection_for;
 use super::errors::{Failure, backend_error};
 use super::protocol::Companions;
 use super::retry::Policy;
 use super::scripts::Load;
+use super::server_conn::ServerConn;
 use super::wakeups::Wakeups;
 use super::watched::Exclusive;
 use crate::LockError;
@@ -82,7 +83,7 @@ pub(in crate::backend) trait Transport: Send + Sync + 'static {
 /// One Redis server, through a reconnecting connection.
 #[derive(Clone)]
 pub(in crate::backend) struct Server {
-    pub(super) conn: ConnectionManager,
+    pub(super) conn: ServerConn,
     /// `redis 127.0.0.1:6379`: names the server in error messages.
     pub(super) name: String,
     pub(super) wakeups: Arc<Wakeups>,
@@ -95,7 +96,7 @@ pub(in crate::backend) struct Server {
 pub(in crate::backend) struct Acknowledged {
     client: redis::Client,
     config: RedisConfig,
-    conn: tokio::sync::OnceCell<ConnectionManager>,
+    conn: tokio::sync::OnceCell<ServerConn>,
 }
 
 impl Acknowledged {
@@ -109,7 +110,7 @@ impl Acknowledged {
 }
 
 impl Transport for Server {
-    type Conn = ConnectionManager;
+    type Conn = ServerConn;
 
     const LOAD: Load = Load::ScriptLoad;
     const COMPANIONS: Companions = Companions::Derived;
@@ -118,7 +119,7 @@ impl Transport for Server {
         &self.name
     }
 
-    fn conn(&self) -> &ConnectionManager {
+    fn conn(&self) -> &ServerConn {
         &self.conn
     }
 
@@ -132,7 +133,7 @@ impl Transport for Server {
 
     type Policy<'a> = Reconnect<'a>;
 
-    fn policy<'a>(&'a self, conn: &'a ConnectionManager, _: &[String]) -> Reconnect<'a> {
+    fn policy<'a>(&'a self, conn: &'a ServerConn, _: &[String]) -> Reconnect<'a> {
         Reconnect {
             conn,
             server: &self.name,
@@ -140,12 +141,12 @@ impl Transport for Server {
         }
     }
 
-    async fn acknowledged(&self, _: &[String]) -> Result<ConnectionManager, LockError> {
+    async fn acknowledged(&self, _: &[String]) -> Result<ServerConn, LockError> {
         let acknowledged = &self.acknowledged;
         acknowledged
             .conn
             .get_or_try_init(|| async {
-                manager_for(&acknowledged.client, &acknowledged.config)
+                connection_for(&acknowledged.client, &acknowledged.config)
                     .await
                     .map(|(conn, _)| conn)
             })
@@ -204,16 +205,16 @@ pub(in crate::backend) const SCAN_COUNT: usize = 1000;
 
 /// A single server's: a command that failed because the connection dropped
 /// (a server restart, an idle connection cut by a proxy) or was refused is
-/// sent once more, on the connection the manager makes again. Every command
+/// sent once more, on the connection opened again (`server_conn.rs`). Every command
 /// the protocol sends is safe to repeat.
 pub(in crate::backend) struct Reconnect<'a> {
-    conn: &'a ConnectionManager,
+    conn: &'a ServerConn,
     server: &'a str,
     retried: bool,
 }
 
 impl Policy for Reconnect<'_> {
-    type Target = ConnectionManager;
+    type Target = ServerConn;
     type Error = RedisError;
     type Failure = Failure;
 
@@ -221,14 +222,14 @@ impl Policy for Reconnect<'_> {
         None
     }
 
-    fn target(&self) -> ConnectionManager {
+    fn target(&self) -> ServerConn {
         self.conn.clone()
     }
 
     fn retry(&mut self, err: &RedisError) -> bool {
-        // A refusal is sent again too: the manager hands a reconnection that
-        // failed while the server was down to the first call after it, even
-        // when the server is back, and only then connects again.
+        // A refusal is sent again too: a reconnection that failed while the
+        // server was down is handed to the first call after it, even when
+        // the server is back, and only then is the connection opened again.
         if self.retried || !(err.is_connection_dropped() || err.is_connection_refusal()) {
             return false;
         }
@@ -256,13 +257,13 @@ impl Policy for Reconnect<'_> {
 /// in errors. For callers outside the protocol whose commands are safe to
 /// repeat, such as the fenced store.
 pub(crate) async fn send_once_more<R, F, Fut>(
-    conn: &ConnectionManager,
+    conn: &ServerConn,
     server: &str,
     what: &str,
     attempt: F,
 ) -> Result<R, LockError>
 where
-    F: FnMut(ConnectionManager) -> Fut,
+    F: FnMut(ServerConn) -> Fut,
     Fut: Future<Output = redis::RedisResult<R>>,
 {
     let policy = Reconnect {
