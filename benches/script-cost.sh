@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Server instructions per cycle of `SET key value NX PX 30000 GET` followed
-# by `EVALSHA` of a release script, counted by callgrind on redis-server:
-# the difference between 4,000 and 2,000 cycles, divided by 2,000. For
-# comparing versions of a release script on the server alone (BENCHMARKS.md,
-# run 14, "what the release script cost").
+# Server instructions per cycle of `SET key value NX PX 30000` followed by
+# `EVALSHA` of a release script, counted by callgrind on redis-server: the
+# difference between 4,000 and 2,000 cycles, divided by 2,000. For
+# comparing versions of a release script, or of the acquire's command, on
+# the server alone (BENCHMARKS.md, runs 14 and 15).
 #
-#   bash benches/script-cost.sh SCRIPT.lua [flag]
+#   bash benches/script-cost.sh SCRIPT.lua [flag] [get]
 #
 # The script is called with one key and the value (`1 key value`); with
-# `flag`, also with the waiters flag's name, as releases sent it before.
-# Needs valgrind, redis-server, redis-cli and python3.
+# `flag`, also with the waiters flag's name, as releases sent it before
+# run 14; with `get`, the `SET` asks for the old value (`GET`), as obtains
+# sent it before run 15. Needs valgrind, redis-server, redis-cli and
+# python3.
 set -euo pipefail
 script=$1
-mode=${2:-}
+shift
+mode=" $* "
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 count() {
@@ -33,8 +36,9 @@ key = "lockmacro:profile:s1"
 out = sys.stdout.buffer
 for cycle in range(cycles):
     value = "%032x" % (0xABCDEF << 96 | cycle)
-    out.write(command("SET", key, value, "NX", "PX", 30000, "GET"))
-    extra = ["{%s}:waiters" % key] if mode == "flag" else []
+    get = ["GET"] if " get " in mode else []
+    out.write(command("SET", key, value, "NX", "PX", 30000, *get))
+    extra = ["{%s}:waiters" % key] if " flag " in mode else []
     out.write(command("EVALSHA", sha, 1, key, value, *extra))
 PY
     redis-cli -p "$port" --pipe <"$work/commands" >/dev/null
@@ -44,4 +48,4 @@ PY
 }
 a=$(count 2000)
 b=$(count 4000)
-echo "$script${mode:+ ($mode)}: $(((b - a) / 2000)) server instructions per cycle"
+echo "$script${*:+ ($*)}: $(((b - a) / 2000)) server instructions per cycle"
