@@ -19,15 +19,6 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-/// Whether the server said a key holds another type (`WRONGTYPE`), for one
-/// command or for any command of a pipeline, where the code is the
-/// command's own and not the error's.
-pub(in crate::backend) fn wrong_type(err: &RedisError) -> bool {
-    err.clone()
-        .into_server_errors()
-        .is_some_and(|errors| errors.iter().any(|(_, err)| err.code() == "WRONGTYPE"))
-}
-
 /// Why a call failed.
 #[derive(Debug, Clone)]
 pub(in crate::backend) enum Failure {

@@ -11,11 +11,11 @@ use redis::FromRedisValue;
 
 use super::capabilities::Features;
 use super::config::RedisConfig;
-use super::errors::{Failure, wrong_type};
+use super::errors::Failure;
 use super::protocol::{
     Joined, REFRESH_BATCH, RefreshMany, acknowledged_acquire_pipe, acknowledged_outcome,
     acquire_args, acquire_fair_args, acquire_shared_args, acquired, check_replica_timeout, millis,
-    not_a_fence, not_shares, plain_busy, plain_outcome, plain_set, pttl, refreshed, release_args,
+    not_a_fence, not_shares, plain_outcome, plain_set, pttl, refreshed, release_args,
 };
 use super::retry;
 use super::scripts::{
@@ -115,17 +115,30 @@ impl<T: Transport> Protocol<T> {
     }
 
     /// After a refused `SET … NX`: who holds the key, and for how long.
+    /// `GET` and `PTTL` are sent at once, in one round trip, as two
+    /// commands rather than a pipeline: a cluster's client follows a slot's
+    /// migration (`ASK`) for a command, not for a pipeline.
     async fn plain_refused(&self, req: &AcquireRequest<'_>) -> Result<Option<Acquired>, LockError> {
-        let read = &plain_busy(&req.keys[0]);
-        let found: Result<(Option<String>, i64), Failure> = self
-            .send(self.transport.conn(), req.keys, |mut conn| async move {
-                read.query_async(&mut conn).await
-            })
-            .await;
-        match found {
-            Ok(found) => Ok(plain_outcome(req, found)),
-            Err(Failure::Redis(err)) if wrong_type(&err) => Ok(None),
-            Err(failure) => Err(self.obtain_failed(req, failure)),
+        let key = &req.keys[0];
+        let conn = self.transport.conn();
+        let value = self.send(conn, req.keys, |mut conn| async move {
+            redis::cmd("GET")
+                .arg(key)
+                .query_async::<Option<String>>(&mut conn)
+                .await
+        });
+        let left = self.send(conn, req.keys, |mut conn| async move {
+            redis::cmd("PTTL")
+                .arg(key)
+                .query_async::<i64>(&mut conn)
+                .await
+        });
+        match futures_util::future::join(value, left).await {
+            // How long it has left is only shown: without it, the refusal
+            // stands.
+            (Ok(value), left) => Ok(plain_outcome(req, value, left.ok())),
+            (Err(Failure::Redis(err)), _) if err.code() == Some("WRONGTYPE") => Ok(None),
+            (Err(failure), _) => Err(self.obtain_failed(req, failure)),
         }
     }
 

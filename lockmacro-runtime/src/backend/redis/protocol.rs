@@ -230,8 +230,8 @@ impl redis::ToRedisArgs for Joined<'_> {
 
 /// The plain attempt ([`AcquireRequest::is_plain`]): `SET key value NX PX
 /// ttl`, the floor's own command. Asking the value it found as well (`GET`)
-/// cost the server about a thousand instructions on every obtain, for what
-/// only a refusal needs: [`plain_busy`] reads it then.
+/// cost the server most of a thousand instructions on every obtain, for
+/// what only a refusal needs, which reads it then.
 pub(in crate::backend) fn plain_set(req: &AcquireRequest<'_>) -> redis::Cmd {
     // Sized up front, the ttl written as a number: growing the buffer
     // argument by argument reallocated it, and the ttl was a string of its
@@ -247,28 +247,22 @@ pub(in crate::backend) fn plain_set(req: &AcquireRequest<'_>) -> redis::Cmd {
     set
 }
 
-/// What a refused plain attempt reads in one round trip: the value at the
-/// key (whose holder, or whether it is this very value), and its `PTTL`.
-pub(in crate::backend) fn plain_busy(key: &str) -> redis::Pipeline {
-    let mut read = redis::pipe();
-    read.cmd("GET").arg(key).cmd("PTTL").arg(key);
-    read
-}
-
-/// What a refused plain attempt found at the key: busy, with its holder and
-/// how long it has left; `None` when the key holds this very value, a retry
+/// What a refused plain attempt found at the key (`previous`, and its `PTTL`
+/// when it was read): busy, with its holder and how long it has left;
+/// `None` when the key holds this very value, a retry
 /// whose first reply was lost (marked since by a waiter, or not): the script
 /// then extends it to the ttl from now. A key gone since the refusal is
 /// still busy, holder unknown: the attempt was refused.
 pub(in crate::backend) fn plain_outcome(
     req: &AcquireRequest<'_>,
-    (previous, left): (Option<String>, i64),
+    previous: Option<String>,
+    left: Option<i64>,
 ) -> Option<Acquired> {
     match previous {
         Some(previous) if unmarked(&previous) == req.value => None,
         previous => Some(Acquired::Busy {
             index: 0,
-            remaining: pttl(left),
+            remaining: left.and_then(pttl),
             holder: previous.map(|previous| metadata_of(&previous).to_owned()),
         }),
     }
