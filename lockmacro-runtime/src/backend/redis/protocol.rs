@@ -249,10 +249,10 @@ pub(in crate::backend) fn plain_set(req: &AcquireRequest<'_>) -> redis::Cmd {
 
 /// What a refused plain attempt found at the key (`previous`, and its `PTTL`
 /// when it was read): busy, with its holder and how long it has left;
-/// `None` when the key holds this very value, a retry
-/// whose first reply was lost (marked since by a waiter, or not): the script
-/// then extends it to the ttl from now. A key gone since the refusal is
-/// still busy, holder unknown: the attempt was refused.
+/// `None` when the key holds this very value, a retry whose first reply was
+/// lost (marked since by a waiter, or not): the script then extends it to
+/// the ttl from now. A key gone since the refusal is still busy, holder
+/// unknown: the attempt was refused.
 pub(in crate::backend) fn plain_outcome(
     req: &AcquireRequest<'_>,
     previous: Option<String>,
