@@ -58,23 +58,32 @@ pub fn key<D: Display + ?Sized>(key: &D) -> String {
 
 /// Runs `body` while holding `keys` ([`Locker::hold`]); `on_failure` turns
 /// a failure into the function's return value.
-pub async fn run<R, F, Fut>(
+///
+/// Not an `async fn`, whose future would hold its arguments twice: the
+/// attributed function's future, which every call copies, is this one.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn's future holds its arguments twice"
+)]
+pub fn run<R, F, Fut>(
     locker: Result<Locker, LockError>,
     keys: Vec<String>,
     options: HoldOptions,
     on_failure: fn(LockError) -> R,
     body: F,
-) -> R
+) -> impl Future<Output = R>
 where
     F: FnOnce(LockGuard) -> Fut,
     Fut: Future<Output = R>,
 {
-    let options = options.metadata_or(default_metadata);
-    let held = match locker {
-        Ok(locker) => locker.hold_keys(keys, options, body).await,
-        Err(err) => Err(err),
-    };
-    held.unwrap_or_else(on_failure)
+    async move {
+        let options = options.metadata_or(default_metadata);
+        let held = match locker {
+            Ok(locker) => locker.hold_keys(keys, options, body).await,
+            Err(err) => Err(err),
+        };
+        held.unwrap_or_else(on_failure)
+    }
 }
 
 /// What a holder records when the attribute is given no `metadata`: this

@@ -252,49 +252,59 @@ impl Locker {
 
     /// [`hold`](Locker::hold) of keys already owned: the attribute's, which
     /// it builds as strings, are not copied again.
-    pub(crate) async fn hold_keys<F, Fut>(
+    ///
+    /// Not an `async fn`, whose future would hold the keys and options
+    /// twice: the attribute's future, which every call copies, holds this
+    /// one.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice"
+    )]
+    pub(crate) fn hold_keys<F, Fut>(
         &self,
         keys: Vec<String>,
         options: HoldOptions,
         body: F,
-    ) -> Result<Fut::Output, LockError>
+    ) -> impl Future<Output = Result<Fut::Output, LockError>>
     where
         F: FnOnce(LockGuard) -> Fut,
         Fut: Future,
     {
-        if let Some(guard) = crate::reentry::held(self, &keys) {
-            crate::reentry::check_upgrade(&guard, options.obtain.share)?;
-            tracing::trace!(target: "lockmacro", key = %guard.key(), "re-entered");
-            return Ok(body(guard).await);
-        }
-        let lock = self.obtain_keys(keys, options.ttl, options.obtain).await?;
-        let guard = lock.keep_alive_every(options.refresh.unwrap_or(options.ttl / 3))?;
-        let body = crate::reentry::scope(&guard, body(guard.share()));
-        let outcome = match options.on_lost {
-            OnLost::Abort => supervise(&guard, body).await,
-            OnLost::Continue => {
-                let outcome = catch_unwind(body).await;
-                if guard.is_lost() {
-                    tracing::warn!(target: "lockmacro", key = %guard.key(), "lease was lost while the body ran on (on_lost = \"continue\")");
-                }
-                Some(outcome)
+        async move {
+            if let Some(guard) = crate::reentry::held(self, &keys) {
+                crate::reentry::check_upgrade(&guard, options.obtain.share)?;
+                tracing::trace!(target: "lockmacro", key = %guard.key(), "re-entered");
+                return Ok(body(guard).await);
             }
-        };
-        let Some(outcome) = outcome else {
-            // Reported on the local deadline, whatever the server does:
-            // dropping the guard releases in the background.
-            let failure = if guard.lease().is_revoked() {
-                crate::registry::shut_down(guard.key())
-            } else {
-                guard.lease().lost_error()
+            let lock = self.obtain_keys(keys, options.ttl, options.obtain).await?;
+            let guard = lock.keep_alive_every(options.refresh.unwrap_or(options.ttl / 3))?;
+            let body = crate::reentry::scope(&guard, body(guard.share()));
+            let outcome = match options.on_lost {
+                OnLost::Abort => supervise(&guard, body).await,
+                OnLost::Continue => {
+                    let outcome = catch_unwind(body).await;
+                    if guard.is_lost() {
+                        tracing::warn!(target: "lockmacro", key = %guard.key(), "lease was lost while the body ran on (on_lost = \"continue\")");
+                    }
+                    Some(outcome)
+                }
             };
-            drop(guard);
-            return Err(failure);
-        };
-        finish(guard, options.hold_at_least).await;
-        match outcome {
-            Ok(value) => Ok(value),
-            Err(panic) => std::panic::resume_unwind(panic),
+            let Some(outcome) = outcome else {
+                // Reported on the local deadline, whatever the server does:
+                // dropping the guard releases in the background.
+                let failure = if guard.lease().is_revoked() {
+                    crate::registry::shut_down(guard.key())
+                } else {
+                    guard.lease().lost_error()
+                };
+                drop(guard);
+                return Err(failure);
+            };
+            finish(guard, options.hold_at_least).await;
+            match outcome {
+                Ok(value) => Ok(value),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
         }
     }
 }

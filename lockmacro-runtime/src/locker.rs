@@ -478,7 +478,10 @@ impl Locker {
             // flight as the locker shuts down ends within the response
             // timeout, and what it took is given back below. A shutdown ends
             // the waiting after it at once.
-            let lease = match wait.first().await? {
+            // Bound before the match: a temporary of the scrutinee would
+            // live through the wait below, and widen every obtain's future.
+            let first = wait.first().await?;
+            let lease = match first {
                 First(Ok(lease)) => lease,
                 // Boxed: only an obtain that finds the keys busy goes on,
                 // and inline its state would make every obtain's future

@@ -134,8 +134,10 @@ pub(crate) struct Wait<'a> {
     /// Listens for the release of the key last found busy (its index), so
     /// that a wait ends when the holder releases rather than at the end of
     /// the backoff. Declared before the claim, so that a waiter stops
-    /// listening before it gives back what it claimed.
-    listening: Option<(usize, ReleaseListener)>,
+    /// listening before it gives back what it claimed. Boxed: only a
+    /// waiter listens, and inline the listener would widen every obtain's
+    /// future.
+    listening: Option<(usize, Box<ReleaseListener>)>,
     /// How often the listener was made again after its connection closed.
     relistened: u32,
     /// The holder's metadata as an earlier attempt found it: a later one
@@ -253,7 +255,7 @@ impl<'a> Wait<'a> {
             let listener = queue
                 .listen_granted(&request.wire_keys()[0], request.token())
                 .await;
-            self.listening = Some((0, listener));
+            self.listening = Some((0, Box::new(listener)));
         }
     }
 
@@ -402,7 +404,7 @@ impl<'a> Wait<'a> {
             Some(queue) => queue.listen_granted(key, self.request.token()).await,
             None => self.request.backend.listen(key).await,
         };
-        self.listening = Some((index, listener));
+        self.listening = Some((index, Box::new(listener)));
     }
 
     /// Waits on `listener` for at most `pause`: `Some(lease)` when the key
@@ -410,7 +412,7 @@ impl<'a> Wait<'a> {
     /// next round unless the key must be listened for afresh.
     async fn hear(
         &mut self,
-        mut listener: ReleaseListener,
+        mut listener: Box<ReleaseListener>,
         busy: &Busy,
         pause: Duration,
     ) -> Result<Option<Arc<Lease>>, LockError> {

@@ -72,25 +72,34 @@ impl<T: Transport> Protocol<T> {
     }
 
     /// Calls `lua` with `keys` and `args`; `what` names the call in errors.
-    pub(in crate::backend) async fn script<R, A>(
-        &self,
-        what: &str,
-        keys: &[String],
-        lua: &Lua,
-        args: &[A],
-    ) -> Result<R, LockError>
+    ///
+    /// Not an `async fn`, whose future would hold its arguments twice: every
+    /// release and refresh awaits this one.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice"
+    )]
+    pub(in crate::backend) fn script<'a, R, A>(
+        &'a self,
+        what: &'a str,
+        keys: &'a [String],
+        lua: &'a Lua,
+        args: &'a [A],
+    ) -> impl Future<Output = Result<R, LockError>> + Send + 'a
     where
-        R: FromRedisValue + Send,
+        R: FromRedisValue + Send + 'a,
         A: redis::ToRedisArgs + Sync,
     {
-        self.send(self.transport.conn(), keys, |mut conn| async move {
-            call(&mut conn, lua, T::LOAD, Call { keys, args }).await
-        })
-        .await
-        .map_err(|failure| {
-            let what = format!("{what} `{}`", keys.join("`, `"));
-            failure.into_error(self.name(), &what).into()
-        })
+        async move {
+            self.send(self.transport.conn(), keys, |mut conn| async move {
+                call(&mut conn, lua, T::LOAD, Call { keys, args }).await
+            })
+            .await
+            .map_err(|failure| {
+                let what = format!("{what} `{}`", keys.join("`, `"));
+                failure.into_error(self.name(), &what).into()
+            })
+        }
     }
 
     /// A plain lock's one `SET … NX PX`, with scripts or without: the
@@ -147,24 +156,32 @@ impl<T: Transport> Protocol<T> {
         failure.into_error(self.name(), &what).into()
     }
 
-    pub(super) async fn acquire_scripted(
-        &self,
-        req: AcquireRequest<'_>,
-    ) -> Result<Acquired, LockError> {
-        self.transport.check(req.keys, req.fence_key)?;
-        if req.replicas > 0 {
-            // Boxed: its pipeline's state would otherwise double the size of
-            // every acquire's future, which the backend's box copies.
-            return Box::pin(self.acquire_acknowledged(req)).await;
+    /// Not an `async fn`, whose future would hold the request twice: this
+    /// one is part of every obtain's boxed future.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice"
+    )]
+    pub(super) fn acquire_scripted<'a>(
+        &'a self,
+        req: AcquireRequest<'a>,
+    ) -> impl Future<Output = Result<Acquired, LockError>> + Send + 'a {
+        async move {
+            self.transport.check(req.keys, req.fence_key)?;
+            if req.replicas > 0 {
+                // Boxed: its pipeline's state would otherwise double the size
+                // of every acquire's future, which the backend's box copies.
+                return Box::pin(self.acquire_acknowledged(req)).await;
+            }
+            if req.is_plain()
+                && let Some(done) = self.plain_attempt(&req).await?
+            {
+                return Ok(done);
+            }
+            // Boxed, so that a plain lock's acquire, the most frequent,
+            // carries only the plain attempt's state.
+            Box::pin(self.acquire_script(req)).await
         }
-        if req.is_plain()
-            && let Some(done) = self.plain_attempt(&req).await?
-        {
-            return Ok(done);
-        }
-        // Boxed, so that a plain lock's acquire, the most frequent, carries
-        // only the plain attempt's state.
-        Box::pin(self.acquire_script(req)).await
     }
 
     /// The acquire script: a fair, shared or fenced lock, several keys, or

@@ -54,23 +54,29 @@ pub(in crate::backend) trait Policy {
 /// [`again`], boxed: their pauses and reconnection would otherwise make
 /// every call's future several times the size of the attempt, and each
 /// obtain and release copy that future into the backend's box.
-pub(in crate::backend) async fn follow<T, P, F, Fut>(
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn's future holds its arguments twice"
+)]
+pub(in crate::backend) fn follow<T, P, F, Fut>(
     mut policy: P,
     mut attempt: F,
-) -> Result<T, P::Failure>
+) -> impl Future<Output = Result<T, P::Failure>>
 where
     P: Policy,
     F: FnMut(P::Target) -> Fut,
     Fut: Future<Output = Result<T, P::Error>>,
 {
-    let deadline = policy.deadline();
-    let err = match within(deadline, attempt(policy.target())).await {
-        Some(Ok(value)) => return Ok(value),
-        Some(Err(err)) if policy.retry(&err) => err,
-        Some(Err(err)) => return Err(policy.fail(err, None)),
-        None => return Err(policy.spent(None, true)),
-    };
-    Box::pin(again(policy, attempt, deadline, err)).await
+    async move {
+        let deadline = policy.deadline();
+        let err = match within(deadline, attempt(policy.target())).await {
+            Some(Ok(value)) => return Ok(value),
+            Some(Err(err)) if policy.retry(&err) => err,
+            Some(Err(err)) => return Err(policy.fail(err, None)),
+            None => return Err(policy.spent(None, true)),
+        };
+        Box::pin(again(policy, attempt, deadline, err)).await
+    }
 }
 
 /// [`follow`] after its first attempt failed with `err`, which the policy
