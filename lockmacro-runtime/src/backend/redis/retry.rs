@@ -4,11 +4,11 @@
 //! before it, as tower's retry layer leaves that to its policy.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::FutureExt;
-use futures_util::future::Either;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// The pause before another try after a failover's passing error: whoever
 /// failed (the cluster client, the sentinels) has just waited on its own, so
@@ -123,15 +123,37 @@ where
     }
 }
 
-/// `future`'s output, or `None` when `deadline` passed first. Not an
-/// `async fn`: one would keep `future` beside the timeout that took it,
-/// twice the size of either.
-fn within<T>(
-    deadline: Option<Instant>,
-    future: impl Future<Output = T>,
-) -> impl Future<Output = Option<T>> {
-    match deadline {
-        Some(deadline) => Either::Left(tokio::time::timeout_at(deadline, future).map(Result::ok)),
-        None => Either::Right(future.map(Some)),
+/// `future`'s output, or `None` when `deadline` passed first.
+fn within<F: Future>(deadline: Option<Instant>, future: F) -> Within<F> {
+    Within {
+        future,
+        timer: deadline.map(|deadline| Box::pin(tokio::time::sleep_until(deadline))),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A call and its deadline. The timer is boxed, and only made when
+    /// there is a deadline: a single server's calls have none, and inline
+    /// it would add its size to every call's future, which each obtain and
+    /// release copy into the backend's box.
+    struct Within<F> {
+        #[pin]
+        future: F,
+        timer: Option<Pin<Box<Sleep>>>,
+    }
+}
+
+impl<F: Future> Future for Within<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        match this.timer {
+            Some(timer) => timer.as_mut().poll(cx).map(|()| None),
+            None => Poll::Pending,
+        }
     }
 }

@@ -39,32 +39,54 @@ pub(in crate::backend) enum Load {
 /// Calls `lua` on `conn`: `command(verb, body)` builds the call, sent as
 /// `EVALSHA` with the hash first; on `NOSCRIPT`, the server is taught the
 /// script as `load` says.
-pub(in crate::backend) async fn call<T, C, B>(
-    conn: &mut C,
-    lua: &Lua,
+///
+/// Not an `async fn`, whose future would hold its arguments twice; the
+/// teaching is boxed. Every release and refresh holds this future, and
+/// only the first call after a server forgot its scripts teaches it.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn's future holds its arguments twice"
+)]
+pub(in crate::backend) fn call<'a, T, C, B>(
+    conn: &'a mut C,
+    lua: &'a Lua,
     load: Load,
     command: B,
-) -> RedisResult<T>
+) -> impl Future<Output = RedisResult<T>> + 'a
+where
+    T: FromRedisValue + 'a,
+    C: ConnectionLike,
+    B: Command + 'a,
+{
+    async move {
+        let evalsha = command.build("EVALSHA", &lua.hash);
+        match evalsha.query_async(conn).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                Box::pin(teach(conn, lua, load, command)).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// Teaches the server `lua` as `load` says, and calls it.
+async fn teach<T, C, B>(conn: &mut C, lua: &Lua, load: Load, command: B) -> RedisResult<T>
 where
     T: FromRedisValue,
     C: ConnectionLike,
     B: Command,
 {
-    let evalsha = command.build("EVALSHA", &lua.hash);
-    match evalsha.query_async(conn).await {
-        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => match load {
-            Load::ScriptLoad => {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(lua.source)
-                    .query_async::<()>(conn)
-                    .await?;
-                evalsha.query_async(conn).await
-            }
-            #[cfg(feature = "cluster")]
-            Load::Eval => command.build("EVAL", lua.source).query_async(conn).await,
-        },
-        other => other,
+    match load {
+        Load::ScriptLoad => {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(lua.source)
+                .query_async::<()>(conn)
+                .await?;
+            command.build("EVALSHA", &lua.hash).query_async(conn).await
+        }
+        #[cfg(feature = "cluster")]
+        Load::Eval => command.build("EVAL", lua.source).query_async(conn).await,
     }
 }
 
