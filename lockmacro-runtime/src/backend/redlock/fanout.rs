@@ -183,17 +183,25 @@ impl RedlockBackend {
         let inflight = FuturesUnordered::new();
         let mut pending = Vec::new();
         for index in indices {
+            pending.push(index);
+            // A master connected already is asked at once; only one that is
+            // not carries the connection's state.
+            if let Some(backend) = self.inner.masters[index].backend.get() {
+                inflight.push(
+                    Box::pin(op(backend.clone()).map(move |answer| (index, answer)))
+                        as Pin<Box<dyn Future<Output = Reply<Y, N>> + Send>>,
+                );
+                continue;
+            }
             let inner = self.inner.clone();
             let op = op.clone();
-            pending.push(index);
             inflight.push(Box::pin(async move {
                 let answer = match inner.connection(index).await {
                     Ok(backend) => op(backend).await,
                     Err(err) => Err(err),
                 };
                 (index, answer)
-            })
-                as Pin<Box<dyn Future<Output = Reply<Y, N>> + Send>>);
+            }));
         }
         // No timer can be set that far: a year stands for "never".
         let deadline = Instant::now() + timeout.min(Duration::from_secs(365 * 24 * 3600));
