@@ -50,6 +50,7 @@ pub struct Proxy {
     addr: SocketAddr,
     control: watch::Sender<Control>,
     accepted: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -75,8 +76,9 @@ impl Proxy {
             target,
         });
         let accepted = Arc::new(AtomicUsize::new(0));
+        let refused = Arc::new(AtomicUsize::new(0));
         let (shutdown, stopped) = tokio::sync::oneshot::channel();
-        let counter = accepted.clone();
+        let (counter, to_refuse) = (accepted.clone(), refused.clone());
         let thread = thread::Builder::new()
             .name(format!("proxy-{}", addr.port()))
             .spawn(move || {
@@ -88,7 +90,7 @@ impl Proxy {
                     let listener =
                         TcpListener::from_std(listener).expect("cannot register the listener");
                     tokio::select! {
-                        () = serve(listener, controls, counter) => {}
+                        () = serve(listener, controls, counter, to_refuse) => {}
                         _ = stopped => {}
                     }
                 });
@@ -100,6 +102,7 @@ impl Proxy {
             addr,
             control,
             accepted,
+            refused,
             shutdown: Some(shutdown),
             thread: Some(thread),
         }
@@ -117,6 +120,13 @@ impl Proxy {
     /// Connections accepted so far: a client that reconnects shows up here.
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Closes the next `count` connections as soon as they are accepted,
+    /// before anything is forwarded, as a server that is starting or a
+    /// load balancer without a healthy target does. They count as accepted.
+    pub fn refuse_next(&self, count: usize) {
+        self.refused.store(count, Ordering::SeqCst);
     }
 
     /// Applies `fault` to current and future connections.
@@ -172,6 +182,7 @@ async fn serve(
     listener: TcpListener,
     controls: watch::Receiver<Control>,
     accepted: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -179,6 +190,13 @@ async fn serve(
             incoming = listener.accept() => {
                 let Ok((client, _)) = incoming else { continue };
                 accepted.fetch_add(1, Ordering::SeqCst);
+                let refuse = refused
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
+                    .is_ok();
+                if refuse {
+                    drop(client);
+                    continue;
+                }
                 connections.spawn(connection(client, controls.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

@@ -11,6 +11,7 @@ use redis::Commands;
 use tokio::time::Instant;
 
 use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::proxy::Proxy;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -383,6 +384,43 @@ async fn calls_in_flight_on_a_cut_connection_go_again_on_one_new_connection() {
         info(&mut raw, "total_connections_received") - connections,
         1,
         "the cut connection was opened again once"
+    );
+}
+
+/// A connection that cannot be opened is tried once more after a short
+/// pause, at connect and when a dropped one is opened again: one reset (a
+/// server still starting, a load balancer between targets) is ridden out,
+/// two in a row are reported.
+#[tokio::test]
+async fn a_connection_reset_while_opening_is_tried_once_more() {
+    let server = RedisServer::start();
+    let proxy = Proxy::in_front_of(&server);
+    proxy.refuse_next(1);
+    let locker = server.expect_ok(
+        Locker::connect(&proxy.url()).await,
+        "connect through one reset",
+    );
+    assert_eq!(proxy.accepted(), 2, "the reset connection, then one more");
+    let lock = server.expect_ok(
+        locker.obtain("job", LONG, ObtainOptions::new()).await,
+        "obtain",
+    );
+
+    // The connection drops, and its first reopening is reset too: the call
+    // that found it dropped waits for the second.
+    proxy.refuse_next(1);
+    proxy.drop_connections();
+    server.expect_ok(
+        lock.refresh(LONG).await,
+        "refresh through a drop and a reset",
+    );
+    assert_eq!(proxy.accepted(), 4, "the reset reopening, then one more");
+
+    proxy.refuse_next(2);
+    let err = Locker::connect(&proxy.url()).await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::Backend(backend) if backend.kind() == BackendErrorKind::Unreachable),
+        "{err:?}"
     );
 }
 
