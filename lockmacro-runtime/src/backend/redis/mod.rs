@@ -259,6 +259,13 @@ impl RedisBackend {
         self.protocol.script(what, keys, lua, args).await
     }
 
+    /// The protocol itself, for Redlock's requests to each master: called
+    /// through it rather than through [`Backend`](crate::backend::Backend),
+    /// a request's future is not boxed a second time.
+    pub(in crate::backend) fn protocol(&self) -> &Protocol<Server> {
+        &self.protocol
+    }
+
     /// `RedisConfig::fence_expiry`, in ms, as the scripts take it.
     pub(super) fn fence_expiry(&self) -> &str {
         &self.protocol.fence_expiry

@@ -257,7 +257,7 @@ impl RedlockBackend {
                         attempt: 0,
                         share: None,
                     };
-                    Ok(match backend.acquire(req).await? {
+                    Ok(match backend.protocol().acquire(req).await? {
                         Acquired::Obtained { fence } => Answer::Yes(fence),
                         Acquired::Busy {
                             index,
@@ -390,7 +390,8 @@ fn release_op(
         let (keys, value) = (keys.clone(), value.clone());
         Box::pin(async move {
             let (token, metadata) = value.split_at(token_len);
-            Ok(if backend.release_value(&keys, token, metadata).await? {
+            let released = backend.protocol().release_value(&keys, token, metadata);
+            Ok(if released.await? {
                 Answer::Yes(())
             } else {
                 Answer::No(())
