@@ -143,6 +143,11 @@ pub(crate) struct Wait<'a> {
     /// The holder's metadata as an earlier attempt found it: a later one
     /// may not carry it (a script's answer on Redis does not).
     holder: Option<String>,
+    /// True once an attempt joined the key's queue. The entry is this
+    /// call's until it is given back, even when a later attempt does not
+    /// join (the one sent at the deadline) or fails: only its expiry would
+    /// remove it, and a release reads the queue's entries in order.
+    queued: bool,
     /// Gives back whatever this call may own on the server, however it ends
     /// without a lease (gave up, failed, or its future was dropped).
     claim: Claim<'a>,
@@ -195,6 +200,7 @@ impl<'a> Wait<'a> {
             listening: None,
             relistened: 0,
             holder: None,
+            queued: false,
             claim: Claim::new(
                 &request.backend,
                 request.registry.tracker(),
@@ -298,14 +304,15 @@ impl<'a> Wait<'a> {
         let acquired = match request.backend.acquire(acquire).await {
             Ok(acquired) => acquired,
             Err(err) => {
-                // Refused before anything was written: nothing to give back.
+                // Refused before anything was written: nothing to give back
+                // but an earlier attempt's place in the queue.
                 if matches!(
                     err,
                     LockError::InvalidKey { .. }
                         | LockError::InvalidDuration { .. }
                         | LockError::WrongKind { .. }
                 ) {
-                    self.claim.armed = false;
+                    self.claim.armed = self.queued;
                 }
                 let err = err.named(&request.keys, request.wire_keys(), self.labels.namespace);
                 metrics::failed(self.labels, metrics::Op::Obtain, &err);
@@ -335,7 +342,8 @@ impl<'a> Wait<'a> {
             self.holder.clone_from(&holder);
         }
         // A fair waiter that joined the queue owns its place in it.
-        self.claim.armed = queue_for.is_some_and(|wait| !wait.is_zero());
+        self.queued |= queue_for.is_some_and(|wait| !wait.is_zero());
+        self.claim.armed = self.queued;
         Ok(Answer::Busy(Busy {
             index,
             remaining,

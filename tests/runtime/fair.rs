@@ -52,56 +52,20 @@ async fn join(
         }
         #[cfg(feature = "etcd")]
         Kind::Etcd => {
-            let cluster = fx.etcd_cluster().expect("an etcd fixture");
             // Queued once its entry is in etcd; a release after that
             // reaches it whether or not its watch is in place yet: it
             // tries again once watching.
             let waiter = tokio::spawn(obtain);
-            let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
-                .await
-                .expect("connect to etcd");
-            let prefix = format!("{key}/queue/");
-            for _ in 0..500 {
-                let count = client
-                    .get(
-                        prefix.as_str(),
-                        Some(
-                            etcd_client::GetOptions::new()
-                                .with_prefix()
-                                .with_count_only(),
-                        ),
-                    )
-                    .await
-                    .expect("count the queue")
-                    .count();
-                if count == place {
-                    return waiter;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            cluster.fail(format_args!(
-                "the queue of `{key}` never held {place} waiters"
-            ))
+            until_stored(fx, key, place).await;
+            waiter
         }
         #[cfg(feature = "postgres")]
         Kind::Postgres => {
             // Queued once its row is in the queue table; as on etcd, a
             // release after that reaches it whether or not it listens yet.
-            let db = fx.postgres_db().expect("a PostgreSQL fixture");
             let waiter = tokio::spawn(obtain);
-            let count = format!(
-                "SELECT count(*)::text FROM lockmacro_queue WHERE key = {}",
-                lockmacro_testkit::pgdb::quote(key)
-            );
-            for _ in 0..500 {
-                if db.column(&count).await == [Some(place.to_string())] {
-                    return waiter;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            db.server().fail(format_args!(
-                "the queue of `{key}` never held {place} waiters"
-            ))
+            until_stored(fx, key, place).await;
+            waiter
         }
         Kind::Memory | Kind::Outside => {
             // These backends answer at once: one poll takes the
@@ -127,6 +91,80 @@ fn queue_node<'a>(fx: &'a Fixture, key: &str) -> &'a RedisServer {
 /// Entries in the queue of `key`, read with the harness's own client.
 fn queued(server: &RedisServer, key: &str) -> i64 {
     server.cmd(&["LLEN", &format!("{{{key}}}:queue")])
+}
+
+/// Entries in the queue of `key`, live or expired, as the store holds them;
+/// `None` on the stores in this process, which cannot be read behind their
+/// back.
+async fn queue_len(fx: &Fixture, key: &str) -> Option<i64> {
+    match fx.kind() {
+        Kind::Redis | Kind::Valkey | Kind::Cluster | Kind::Sentinel => {
+            Some(queued(queue_node(fx, key), key))
+        }
+        #[cfg(feature = "etcd")]
+        Kind::Etcd => {
+            let cluster = fx.etcd_cluster().expect("an etcd fixture");
+            let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+                .await
+                .expect("connect to etcd");
+            let count = client
+                .get(
+                    format!("{key}/queue/"),
+                    Some(
+                        etcd_client::GetOptions::new()
+                            .with_prefix()
+                            .with_count_only(),
+                    ),
+                )
+                .await
+                .expect("count the queue")
+                .count();
+            Some(count)
+        }
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => {
+            let db = fx.postgres_db().expect("a PostgreSQL fixture");
+            let count = format!(
+                "SELECT count(*)::text FROM lockmacro_queue WHERE key = {}",
+                lockmacro_testkit::pgdb::quote(key)
+            );
+            let rows = db.column(&count).await;
+            Some(
+                rows[0]
+                    .as_deref()
+                    .expect("a count")
+                    .parse()
+                    .expect("a number"),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Waits until the queue of `key` holds `n` entries, on etcd or PostgreSQL.
+#[cfg(any(feature = "etcd", feature = "postgres"))]
+async fn until_stored(fx: &Fixture, key: &str, n: i64) {
+    for _ in 0..500 {
+        if queue_len(fx, key).await == Some(n) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let message = format!(
+        "the queue of `{key}` never held {n} waiters: {:?}",
+        queue_len(fx, key).await
+    );
+    match fx.kind() {
+        #[cfg(feature = "etcd")]
+        Kind::Etcd => fx.etcd_cluster().expect("an etcd fixture").fail(message),
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => fx
+            .postgres_db()
+            .expect("a PostgreSQL fixture")
+            .server()
+            .fail(message),
+        _ => panic!("{message}"),
+    }
 }
 
 async fn until_queued(server: &RedisServer, key: &str, n: i64) {
@@ -223,6 +261,7 @@ lockmacro_testkit::for_each_backend! {
     cases: crate::fair::[
         arrival_order_is_respected,
         waiters_gone_do_not_block_the_queue,
+        a_waiter_that_gives_up_leaves_the_queue,
         ordinary_obtain_does_not_overtake,
         fair_locks_exclude,
         a_fair_waiter_leaves_the_queue_at_shutdown,
@@ -388,6 +427,46 @@ pub async fn waiters_gone_do_not_block_the_queue(fx: &Fixture) {
         .await
         .expect("waiter task")
         .expect("the last waiter obtains");
+    lock.release().await.expect("release");
+}
+
+/// A fair waiter that reaches its deadline behind another one has given its
+/// place back by the time it returns `NotObtained`. Its last attempt, sent
+/// at the deadline, does not join the queue, and its entry, expired by then,
+/// is not at the front, where an attempt would drop it: only its giving back
+/// removes it.
+pub async fn a_waiter_that_gives_up_leaves_the_queue(fx: &Fixture) {
+    let lockers = fx.lockers(3).await;
+    let held = lockers[0]
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    let first = join(fx, &lockers[1], "job", fair(), 1).await;
+    // Its deadline outlasts the wait for it to stand in the queue, which a
+    // loaded machine can stretch past a second.
+    let impatient = ObtainOptions::new()
+        .fair()
+        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(4)));
+    let gave_up = join(fx, &lockers[2], "job", impatient, 2).await;
+    let gave_up = tokio::time::timeout(Duration::from_secs(30), gave_up)
+        .await
+        .expect("the impatient waiter gives up at its deadline")
+        .expect("waiter task");
+    assert!(
+        gave_up.as_ref().is_err_and(LockError::is_not_obtained),
+        "{gave_up:?}"
+    );
+    if let Some(entries) = queue_len(fx, "job").await {
+        assert_eq!(
+            entries, 1,
+            "the queue holds {entries} entries, not the first waiter's alone"
+        );
+    }
+    held.release().await.expect("release");
+    let lock = promptly("the first waiter is handed the key", first)
+        .await
+        .expect("waiter task")
+        .expect("the first waiter obtains");
     lock.release().await.expect("release");
 }
 
