@@ -174,9 +174,13 @@ async fn until_queued(server: &RedisServer, key: &str, n: i64) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The entries, with their expiry and the server's time, say whose
+    // place stayed and whether it had lapsed.
+    let entries: Vec<String> = server.cmd(&["LRANGE", &format!("{{{key}}}:queue"), "0", "-1"]);
+    let (seconds, micros): (String, String) = server.cmd(&["TIME"]);
     server.fail(format_args!(
-        "the queue of `{key}` holds {} waiters, not {n}",
-        queued(server, key)
+        "the queue of `{key}` holds {} waiters, not {n}: {entries:?} at server time {seconds}.{micros:0>6}",
+        entries.len()
     ));
 }
 
