@@ -336,12 +336,10 @@ impl RedlockBackend {
     /// timeout): the next attempt reuses the token, and must not be
     /// overtaken by this cleanup on any master.
     async fn undo(&self, keys: &Arc<[String]>, token: &str, timeout: Duration) {
-        let mut set = self.fan_out(
-            self.masters(),
-            timeout,
-            "release",
-            release_op(keys.clone(), token.into(), token.len()),
-        );
+        let (keys, value, token_len): (_, Arc<str>, _) = (keys.clone(), token.into(), token.len());
+        let mut set = self.fan_out(self.masters(), timeout, "release", move |backend| {
+            release_on(backend, keys.clone(), value.clone(), token_len)
+        });
         while set.next().await.is_some() {}
     }
 
@@ -379,25 +377,21 @@ impl RedlockBackend {
     }
 }
 
-/// The release on each master of the lease whose value is `value`, its
-/// token the first `token_len` bytes: one copy of the value for all.
-fn release_op(
+/// The release on one master of the lease whose value is `value`, its
+/// token the first `token_len` bytes. The fan-out boxes its future, once.
+async fn release_on(
+    backend: RedisBackend,
     keys: Arc<[String]>,
     value: Arc<str>,
     token_len: usize,
-) -> impl Fn(RedisBackend) -> BoxFuture<'static, Result<Answer<(), ()>, LockError>> + Send + Sync {
-    move |backend| {
-        let (keys, value) = (keys.clone(), value.clone());
-        Box::pin(async move {
-            let (token, metadata) = value.split_at(token_len);
-            let released = backend.protocol().release_value(&keys, token, metadata);
-            Ok(if released.await? {
-                Answer::Yes(())
-            } else {
-                Answer::No(())
-            })
-        })
-    }
+) -> Result<Answer<(), ()>, LockError> {
+    let (token, metadata) = value.split_at(token_len);
+    let released = backend.protocol().release_value(&keys, token, metadata);
+    Ok(if released.await? {
+        Answer::Yes(())
+    } else {
+        Answer::No(())
+    })
 }
 
 impl Backend for RedlockBackend {
@@ -541,12 +535,10 @@ impl Backend for RedlockBackend {
             } else {
                 [token, metadata].concat().into()
             };
-            let mut set = self.fan_out(
-                self.masters(),
-                timeout,
-                "release",
-                release_op(keys.into(), value, token.len()),
-            );
+            let (keys, token_len): (Arc<[String]>, _) = (keys.into(), token.len());
+            let mut set = self.fan_out(self.masters(), timeout, "release", move |backend| {
+                release_on(backend, keys.clone(), value.clone(), token_len)
+            });
             let tally = self.tally(&mut set).await;
             // The token is never used again, so the stragglers can finish
             // deleting it on their own, however slow their master.
