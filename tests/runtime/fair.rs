@@ -17,9 +17,27 @@ const PROMPTLY: Duration = Duration::from_secs(5);
 /// Fair, with a backoff far longer than any test: a waiter that obtains in
 /// time was handed the key (or woken), it did not poll.
 fn fair() -> ObtainOptions {
+    fair_until(Duration::from_secs(30))
+}
+
+/// As [`fair`], giving up after `deadline`.
+fn fair_until(deadline: Duration) -> ObtainOptions {
     ObtainOptions::new()
         .fair()
-        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(30)))
+        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(deadline))
+}
+
+/// Awaits `waiter`, which must give up with `NotObtained` (the 30 s are a
+/// hang limit, past any deadline the tests give).
+async fn gives_up(waiter: tokio::task::JoinHandle<Result<Lock, LockError>>) {
+    let outcome = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the impatient waiter gives up at its deadline")
+        .expect("waiter task");
+    assert!(
+        outcome.as_ref().is_err_and(LockError::is_not_obtained),
+        "{outcome:?}"
+    );
 }
 
 /// Starts a fair obtain of `key` on `locker`, one of `fx`'s, and returns
@@ -408,21 +426,12 @@ pub async fn waiters_gone_do_not_block_the_queue(fx: &Fixture) {
     let dropped = join(fx, &lockers[1], "job", fair(), 1).await;
     // Its deadline outlasts the wait for it and the next waiter to stand
     // in the queue, which a loaded machine can stretch past several seconds
-    // (the test waits it out: the 30 s below is a hang limit).
-    let impatient = ObtainOptions::new()
-        .fair()
-        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(8)));
+    // (the test waits it out: `gives_up` has a hang limit only).
+    let impatient = fair_until(Duration::from_secs(8));
     let gave_up = join(fx, &lockers[2], "job", impatient, 2).await;
     let last = join(fx, &lockers[3], "job", fair(), 3).await;
     dropped.abort();
-    let gave_up = tokio::time::timeout(Duration::from_secs(30), gave_up)
-        .await
-        .expect("the impatient waiter gives up at its deadline")
-        .expect("waiter task");
-    assert!(
-        gave_up.as_ref().is_err_and(LockError::is_not_obtained),
-        "{gave_up:?}"
-    );
+    gives_up(gave_up).await;
     if let Kind::Redis | Kind::Valkey | Kind::Cluster | Kind::Sentinel = fx.kind() {
         until_queued(queue_node(fx, "job"), "job", 1).await;
     }
@@ -448,18 +457,9 @@ pub async fn a_waiter_that_gives_up_leaves_the_queue(fx: &Fixture) {
     let first = join(fx, &lockers[1], "job", fair(), 1).await;
     // Its deadline outlasts the wait for it to stand in the queue, which a
     // loaded machine can stretch past a second.
-    let impatient = ObtainOptions::new()
-        .fair()
-        .retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(4)));
+    let impatient = fair_until(Duration::from_secs(4));
     let gave_up = join(fx, &lockers[2], "job", impatient, 2).await;
-    let gave_up = tokio::time::timeout(Duration::from_secs(30), gave_up)
-        .await
-        .expect("the impatient waiter gives up at its deadline")
-        .expect("waiter task");
-    assert!(
-        gave_up.as_ref().is_err_and(LockError::is_not_obtained),
-        "{gave_up:?}"
-    );
+    gives_up(gave_up).await;
     if let Some(entries) = queue_len(fx, "job").await {
         assert_eq!(
             entries, 1,
