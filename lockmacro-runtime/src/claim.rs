@@ -42,10 +42,13 @@ impl<'a> Claim<'a> {
         }
     }
 
-    /// Gives back now, if armed.
+    /// Gives back now, if armed. Disarmed only once the release answered:
+    /// a caller dropped while it is under way leaves the claim armed, and
+    /// its drop sends the release again.
     pub(crate) async fn give_back(&mut self) {
-        if std::mem::take(&mut self.armed) {
+        if self.armed {
             release(&**self.backend, self.wire_keys, self.token).await;
+            self.armed = false;
         }
     }
 }

@@ -151,6 +151,20 @@ pub enum LockError {
         reason: String,
     },
 
+    /// A fencing token no backend mints: 0. A write that carried it would
+    /// be ordered before every real token, and a store that took it would
+    /// then take an older holder's write over it. Use the token of the
+    /// lock ([`Lock::fence_token`](crate::Lock::fence_token)).
+    #[error("invalid fencing token {token} for `{key}`: {reason}")]
+    InvalidToken {
+        /// The resource's key, as given.
+        key: String,
+        /// The token given.
+        token: u64,
+        /// Why it was refused.
+        reason: String,
+    },
+
     /// A connection URL could not be parsed.
     #[error("invalid URL `{url}`: {reason}")]
     InvalidUrl {

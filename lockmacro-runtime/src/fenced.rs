@@ -173,8 +173,28 @@ impl FencedStore {
     /// nothing.
     ///
     /// Safe to repeat after an error: the same token and value are accepted
-    /// again.
+    /// again. A token of 0, which no backend mints, is refused with
+    /// [`LockError::InvalidToken`] before anything is sent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use lockmacro_runtime::{FencedStore, LockError};
+    ///
+    /// let store = FencedStore::memory();
+    /// let refused = store.set("report", "unfenced", 0).await;
+    /// assert!(matches!(refused, Err(LockError::InvalidToken { token: 0, .. })));
+    /// # }
+    /// ```
     pub async fn set(&self, key: &str, value: &str, token: u64) -> Result<bool, LockError> {
+        if token == 0 {
+            return Err(LockError::InvalidToken {
+                key: key.to_owned(),
+                token,
+                reason: "no lock is fenced with 0; pass the lock's `fence_token()`, taken with \
+                         fencing on"
+                    .into(),
+            });
+        }
         let wire_key = self.wire_key(key);
         match &self.inner {
             Inner::Memory(keys) => {

@@ -87,14 +87,40 @@ pub(crate) struct Lease {
     pub(crate) cancel: OnceLock<CancellationToken>,
 }
 
+/// When a lease ends, by this process's clock, and what may still move it.
+///
+/// A server applies a refresh whatever becomes of its reply, and refreshes
+/// sent on different connections may be applied in either order: the last
+/// one applied sets the expiry, at least its send time plus its ttl. So the
+/// deadline is never later than that bound for any refresh whose fate is
+/// not known, whichever it is:
+///
+/// - a refresh that could end the lease sooner than the deadline moves the
+///   deadline in as it is sent ([`Lease::sending`]), before any reply;
+/// - a confirmation counts from its own send time, with the shortest ttl
+///   among the refreshes still in flight and those that failed (`doubt`),
+///   since any of them may be applied after it;
+/// - a failed refresh (an error, a lost reply, a dropped call) may be
+///   applied at any later time, so its ttl bounds every confirmation after
+///   it. With one ttl throughout, as the watchdog sends, that bound is the
+///   ttl itself and changes nothing; it only binds after a shorter ttl
+///   asked for by [`Lock::refresh`](crate::Lock::refresh) went unanswered.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timing {
+    /// The ttl asked for last: the watchdog's next refreshes ask for it.
     pub(crate) ttl: Duration,
     /// When the last confirmed acquire or refresh was sent.
     pub(crate) sent: Instant,
     /// When the lease ends if no refresh is confirmed: `sent` plus the ttl,
-    /// less the backend's drift margin, and never past `Lease::hold_until`.
+    /// less the backend's drift margin, never past `Lease::hold_until`, and
+    /// never past what a refresh in flight or failed may leave.
     pub(crate) deadline: Instant,
+    /// Refreshes sent and not yet answered.
+    in_flight: u32,
+    /// The shortest ttl among them (meaningless when there are none).
+    in_flight_ttl: Duration,
+    /// The shortest ttl of a refresh that failed: it may still be applied.
+    doubt: Option<Duration>,
 }
 
 impl Timing {
@@ -110,6 +136,18 @@ impl Timing {
             ttl,
             sent,
             deadline: hold_until.map_or(deadline, |limit| deadline.min(limit)),
+            in_flight: 0,
+            in_flight_ttl: ttl,
+            doubt: None,
+        }
+    }
+
+    /// The shortest ttl a refresh whose fate is unknown may leave.
+    fn bound(&self) -> Option<Duration> {
+        let flying = (self.in_flight > 0).then_some(self.in_flight_ttl);
+        match (flying, self.doubt) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }
@@ -307,13 +345,15 @@ impl Lease {
     /// Refreshes the lease to `ttl`; on success moves the local deadline to
     /// `sent + ttl`, on refusal marks the lease lost. A confirmation that
     /// comes after the deadline is [`LockError::Lost`]: the lease was lost
-    /// at the deadline and stays so.
+    /// at the deadline and stays so. Whatever the outcome, the deadline is
+    /// no later than `sent + ttl` less the drift margin once it is sent (see
+    /// [`Timing`]), and later refreshes ask for `ttl`.
     pub(crate) async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         check_duration(self.key(), "ttl", ttl)?;
         if self.is_revoked() {
             return Err(crate::registry::shut_down(self.key()));
         }
-        let sent = Instant::now();
+        let flight = self.sending(ttl, true);
         let refreshed = self
             .backend
             .refresh(self.wire_keys(), self.token(), ttl)
@@ -321,14 +361,43 @@ impl Lease {
             .map_err(|err| self.named(err))
             .inspect_err(|err| metrics::failed(self.labels(), metrics::Op::Refresh, err))?;
         if refreshed {
-            self.refreshed(ttl, sent);
+            flight.confirmed();
             if self.lost.load(Ordering::Acquire) {
                 return Err(self.lost_error());
             }
             Ok(())
         } else {
-            self.mark_lost();
+            flight.refused();
             Err(self.not_held())
+        }
+    }
+
+    /// Records a refresh to `ttl` as it is sent, now: the deadline moves in
+    /// to what it may leave, and, when `adopt`, the watchdog asks for `ttl`
+    /// from now on. The answer goes to the [`InFlight`] returned; dropped
+    /// unanswered, the refresh counts as failed.
+    pub(crate) fn sending(&self, ttl: Duration, adopt: bool) -> InFlight<'_> {
+        let drift = self.backend.drift(ttl);
+        let sent = Instant::now();
+        let mut timing = self
+            .timing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        timing.in_flight_ttl = if timing.in_flight == 0 {
+            ttl
+        } else {
+            timing.in_flight_ttl.min(ttl)
+        };
+        timing.in_flight += 1;
+        timing.deadline = timing.deadline.min(sent + ttl.saturating_sub(drift));
+        if adopt {
+            timing.ttl = ttl;
+        }
+        InFlight {
+            lease: self,
+            ttl,
+            sent,
+            answered: false,
         }
     }
 
@@ -338,13 +407,14 @@ impl Lease {
     /// the lease: it was lost at the deadline, and the code it protected may
     /// already have been stopped or overtaken. One for an older request than
     /// the last confirmed (several can be in flight) changes nothing: the
-    /// server's expiry follows the latest.
-    pub(crate) fn refreshed(&self, ttl: Duration, sent: Instant) {
-        let drift = self.backend.drift(ttl);
+    /// server's expiry follows the latest. The ttl counted is the shortest of
+    /// its own and those of refreshes whose fate is unknown (see [`Timing`]).
+    fn refreshed(&self, ttl: Duration, sent: Instant) {
         let mut timing = self
             .timing
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        timing.in_flight = timing.in_flight.saturating_sub(1);
         if self.lost.load(Ordering::Acquire) || Instant::now() >= timing.deadline {
             drop(timing);
             self.mark_lost();
@@ -352,7 +422,24 @@ impl Lease {
         }
         if sent >= timing.sent {
             tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
-            *timing = Timing::new(ttl, sent, drift, self.hold_until);
+            let counted = timing.bound().map_or(ttl, |bound| bound.min(ttl));
+            let drift = self.backend.drift(counted);
+            let confirmed = Timing::new(counted, sent, drift, self.hold_until);
+            timing.sent = sent;
+            timing.deadline = confirmed.deadline;
+        }
+    }
+
+    /// Records the end of a refresh to `ttl` that was refused (`failed`:
+    /// that may yet be applied, its reply lost or never read).
+    fn settled(&self, ttl: Duration, failed: bool) {
+        let mut timing = self
+            .timing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        timing.in_flight = timing.in_flight.saturating_sub(1);
+        if failed {
+            timing.doubt = Some(timing.doubt.map_or(ttl, |doubt| doubt.min(ttl)));
         }
     }
 
@@ -367,11 +454,11 @@ impl Lease {
             return;
         };
         let ttl = self.timing().ttl;
-        let sent = Instant::now();
+        let flight = self.sending(ttl, false);
         match queue.confirm(&self.wire_keys()[0], self.token(), ttl).await {
-            Ok(true) => self.refreshed(ttl, sent),
-            Ok(false) if !self.done.load(Ordering::Acquire) => self.mark_lost(),
-            Ok(false) => {}
+            Ok(true) => flight.confirmed(),
+            Ok(false) if !self.done.load(Ordering::Acquire) => flight.refused(),
+            Ok(false) => flight.answered(),
             Err(err) => {
                 tracing::warn!(target: "lockmacro", key = %self.key(), error = %err, "could not confirm a lock handed over; it ends with its grant lease unless refreshed");
             }
@@ -425,6 +512,50 @@ impl Lease {
             .await
             .map_err(|err| self.named(err))?
             .ok_or_else(|| self.not_held())
+    }
+}
+
+/// A refresh of a lease on its way: its answer moves the lease's timing
+/// (see [`Timing`]). Dropped unanswered, it counts as failed.
+pub(crate) struct InFlight<'a> {
+    lease: &'a Lease,
+    ttl: Duration,
+    sent: Instant,
+    answered: bool,
+}
+
+impl InFlight<'_> {
+    /// The ttl it asks for.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The backend confirmed it: the deadline moves to what it left.
+    pub(crate) fn confirmed(mut self) {
+        self.answered = true;
+        self.lease.refreshed(self.ttl, self.sent);
+    }
+
+    /// The backend refused it: the key is no longer this lease's.
+    pub(crate) fn refused(mut self) {
+        self.answered = true;
+        self.lease.settled(self.ttl, false);
+        self.lease.mark_lost();
+    }
+
+    /// The backend answered without applying it, and the lease is not
+    /// lost by that (its owner gave it back meanwhile).
+    pub(crate) fn answered(mut self) {
+        self.answered = true;
+        self.lease.settled(self.ttl, false);
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.lease.settled(self.ttl, true);
+        }
     }
 }
 

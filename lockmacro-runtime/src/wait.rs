@@ -21,6 +21,7 @@ use crate::backend::{
     AcquireRequest, Acquired, Backend, FairQueue, Handed, ReleaseListener, TOKEN_LEN,
 };
 use crate::claim::Claim;
+use crate::error::{BackendError, BackendErrorKind};
 use crate::lease::{Lease, Timing};
 use crate::registry::Registry;
 use crate::{LockError, ObtainOptions, metrics};
@@ -321,6 +322,16 @@ impl<'a> Wait<'a> {
         };
         let attempts = self.attempts;
         let (index, remaining, holder) = match acquired {
+            // A fenced lease without a token the backend minted would let
+            // its writes through any fenced store: given back, never used.
+            Acquired::Obtained { fence }
+                if request.fence_key.is_some() && fence.is_none_or(|fence| fence == 0) =>
+            {
+                self.claim.give_back().await;
+                let err = no_fence(request.backend.name(), fence);
+                metrics::failed(self.labels, metrics::Op::Obtain, &err);
+                return Err(err.named(&request.keys, request.wire_keys(), self.labels.namespace));
+            }
             Acquired::Obtained { fence } if request.trusted(sent) => {
                 tracing::debug!(target: "lockmacro", fence, attempts, "obtained");
                 return Ok(Answer::Obtained(self.lease(fence, sent, sent, None)));
@@ -457,10 +468,13 @@ impl<'a> Wait<'a> {
         let arrived = Instant::now();
         let lease = handed.lease.min(self.request.ttl);
         let until = sent + lease.saturating_sub(self.request.backend.drift(lease));
-        if until <= arrived + lease / 2 {
+        let fence = self.request.fence_key.is_some().then_some(handed.fence);
+        // A hand-off that names no token for a fenced waiter (one from a
+        // version that did not send it) is taken by the next attempt, which
+        // finds the key its own and mints one.
+        if until <= arrived + lease / 2 || fence == Some(0) {
             return None;
         }
-        let fence = self.request.fence_key.is_some().then_some(handed.fence);
         tracing::debug!(target: "lockmacro", fence, attempts = self.attempts, "handed over, confirming");
         let lease = self.lease(fence, arrived, sent, Some(until));
         self.request
@@ -482,6 +496,10 @@ impl<'a> Wait<'a> {
         let (ttl, drift, attempts) = (request.ttl, request.drift, self.attempts);
         let arrived = Instant::now();
         let fence = request.fence_key.is_some().then_some(fence);
+        // As in `take_handed`: no token, so the next attempt takes it.
+        if fence == Some(0) {
+            return Ok(None);
+        }
         if sent + ttl.saturating_sub(drift) > arrived + ttl / 2 {
             tracing::debug!(target: "lockmacro", fence, attempts, "handed over");
             return Ok(Some(self.lease(fence, arrived, sent, None)));
@@ -545,4 +563,21 @@ impl<'a> Wait<'a> {
             cancel: OnceLock::new(),
         })
     }
+}
+
+/// The error of a backend that answered a fenced obtain without a token.
+fn no_fence(backend: &str, fence: Option<u64>) -> LockError {
+    let found = match fence {
+        Some(_) => "a token of 0",
+        None => "no token",
+    };
+    BackendError::new(
+        BackendErrorKind::Protocol,
+        format!("{backend}: obtain"),
+        format!(
+            "the backend answered a fenced obtain with {found}; what it took was given back. \
+             A fencing token is never 0"
+        ),
+    )
+    .into()
 }

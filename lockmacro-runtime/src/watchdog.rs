@@ -312,16 +312,23 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
         return Vec::new();
     };
     let backend = &*first.backend;
+    // Each recorded as sent before it is: its reply may never come.
+    let flights: Vec<_> = leases
+        .iter()
+        .map(|(_, lease)| lease.sending(lease.timing().ttl, false))
+        .collect();
     let requests: Vec<RefreshRequest<'_>> = leases
         .iter()
-        .map(|(_, lease)| RefreshRequest::new(lease.wire_keys(), lease.token(), lease.timing().ttl))
+        .zip(&flights)
+        .map(|((_, lease), flight)| {
+            RefreshRequest::new(lease.wire_keys(), lease.token(), flight.ttl())
+        })
         .collect();
-    let sent = Instant::now();
     let mut results = backend.refresh_many(&requests).await.into_iter();
     let mut failed = 0;
     let mut first_error = None;
     let mut outcomes = Vec::with_capacity(leases.len());
-    for ((id, lease), request) in leases.iter().zip(&requests) {
+    for ((id, lease), flight) in leases.iter().zip(flights) {
         // A backend that answers fewer results than requests leaves the
         // rest failed: retried, and lost at their deadlines if it goes on.
         let result = results.next().unwrap_or_else(|| {
@@ -334,14 +341,15 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
         });
         let outcome = match result {
             Ok(true) => {
-                lease.refreshed(request.ttl, sent);
+                flight.confirmed();
                 Outcome::Refreshed
             }
             Ok(false) => {
-                lease.mark_lost();
+                flight.refused();
                 Outcome::Refused
             }
             Err(err) => {
+                drop(flight);
                 failed += 1;
                 crate::metrics::refresh_failed(lease.labels(), &err);
                 first_error.get_or_insert((lease.key(), err));

@@ -9,9 +9,10 @@
 //!
 //! Clients obtain the key one after another, each a few times, with fresh
 //! tokens; replies may be lost, and an attempt sent again finds its own
-//! value and is answered with `held_fence` (`fence.lua` lines 67-73, called
-//! from `acquire.lua` line 67 through `taken`, lines 27-32): the counter as it stands, or a new fence
-//! when the counter expired or was lost since the first attempt.
+//! value and is minted a fence of its own (`next_fence`, called from
+//! `acquire.lua` through `taken`), as a fresh acquisition is: reading the
+//! counter as it stands would tell it another lock's fence when several
+//! share the counter, or nothing once the counter expired.
 
 use stateright::{Model, Property};
 
@@ -24,8 +25,8 @@ pub struct FencesMutations {
     pub seed_from_zero: bool,
     /// The server's clock steps back by this many ticks when it restarts.
     pub clock_steps_back: u8,
-    /// A retry that finds its own value reads a missing counter as 0, as
-    /// the scripts did before `held_fence`.
+    /// A retry that finds its own value reads the counter as it stands,
+    /// and a missing one as 0, as the scripts did before `held_fence`.
     pub retry_reads_zero: bool,
 }
 
@@ -170,13 +171,12 @@ impl Fences {
                 Some(self.mint(s, c))
             }
             Some((holder, _)) if holder == token => {
-                // Lines 58-61: PEXPIRE, then `held_fence` (fence.lua lines
-                // 67-73).
+                // PEXPIRE, then `next_fence`, as for a fresh acquisition.
                 s.key = Some((token, s.now + self.timing.ttl));
                 let fence = match s.counter {
-                    Some((value, _)) => value,
+                    Some((value, _)) if self.mutations.retry_reads_zero => value,
                     None if self.mutations.retry_reads_zero => 0,
-                    None => self.mint(s, c),
+                    _ => self.mint(s, c),
                 };
                 if s.minted[c].is_some_and(|minted| fence < minted) {
                     s.retold = true;

@@ -25,17 +25,17 @@ pub struct Script {
 pub const SCRIPTS: &[Script] = &[
     script(
         "acquire.lua",
-        "28119d6f59355dceda1618b055d4864df87f388d32dc121694ab8960d94fc74d",
+        "b7a101a08820a88fd5ba1b31390f8aa27e5a66574191c12684bc5eb97974fccf",
         &["Plain", "Fences", "Kinds"],
     ),
     script(
         "acquire_fair.lua",
-        "c814522ed8be6277bdfd3e4c1b4b1338a4496b677908be66e886ac8841c41232",
+        "08b849d0aff52b198fa09a74ad3e3a78e18133d5fd4ac52b16a90241d473db76",
         &["Fair"],
     ),
     script(
         "acquire_shared.lua",
-        "001a1a1586b36c6f8c4c1126642a8247ebaaf03a60a30b836c72c6f6ff185cb9",
+        "ee61e5646875f27c062201bb55bc9d793e41e9e651e09638c1aa5c44632da844",
         &["Shares", "Kinds"],
     ),
     script(
@@ -50,12 +50,12 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "fence.lua",
-        "5212597577fa47eb284db16d7f1563a372b152e42eaf1c4dab57eabccc47e499",
+        "b472d143819ef50f01bee3a3a964816d44468ed67dae788394798fde6645b672",
         &["Fences"],
     ),
     script(
         "fenced_set.lua",
-        "92749f22aff134a268af3a46cd8fff4716bc06835a3b91eed9dc9e505ac3b292",
+        "fd5b6d1ce2d678f52d6a8562b30310be83445c039d353e34db2641248ad48835",
         &[],
     ),
     script(
@@ -105,7 +105,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "release.lua",
-        "993b970f64f809ea8a2dd587be4f77e21ff0290e1affb1fb344d27727f51f38a",
+        "8c74ffab32179aeee8c90d14567da50cf953346bcaea1c99801cdb5d5af2d28d",
         &["Plain", "Fair", "Shares", "Fences", "Kinds"],
     ),
     script(

@@ -34,6 +34,18 @@ pub enum Fault {
     /// delivered once the fault changes, as TCP delivers after a partition
     /// heals.
     BlackHole,
+    /// Forwards what clients send and throws away what servers answer:
+    /// requests are run and their replies lost. A client's connection is of
+    /// no use after it (the replies that follow are taken for the lost
+    /// ones): follow it with [`Proxy::drop_connections`].
+    DropReplies,
+}
+
+/// Which way a pump forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    ToServer,
+    ToClient,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -139,6 +151,11 @@ impl Proxy {
         self.set(Fault::Latency(delay));
     }
 
+    /// Runs requests and loses their replies, see [`Fault::DropReplies`].
+    pub fn drop_replies(&self) {
+        self.set(Fault::DropReplies);
+    }
+
     /// Forwards nothing, holding connections open.
     pub fn black_hole(&self) {
         self.set(Fault::BlackHole);
@@ -229,8 +246,8 @@ async fn connection(client: TcpStream, mut controls: watch::Receiver<Control>) {
         // The proxy is shutting down.
     };
     tokio::select! {
-        () = pump(client_read, upstream_write, to_server) => {}
-        () = pump(upstream_read, client_write, to_client) => {}
+        () = pump(client_read, upstream_write, to_server, Direction::ToServer) => {}
+        () = pump(upstream_read, client_write, to_client, Direction::ToClient) => {}
         () = dropped => {}
     }
 }
@@ -239,6 +256,7 @@ async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     mut controls: watch::Receiver<Control>,
+    direction: Direction,
 ) {
     let mut buffer = vec![0; 16 * 1024];
     loop {
@@ -246,10 +264,15 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        let mut lost = false;
         loop {
             let fault = controls.borrow_and_update().fault;
             match fault {
                 Fault::Pass => break,
+                Fault::DropReplies => {
+                    lost = direction == Direction::ToClient;
+                    break;
+                }
                 // A change of fault (a heal) applies to the bytes already
                 // held too.
                 Fault::Latency(delay) => tokio::select! {
@@ -265,7 +288,7 @@ async fn pump(
                 }
             }
         }
-        if to.write_all(&buffer[..n]).await.is_err() {
+        if !lost && to.write_all(&buffer[..n]).await.is_err() {
             return;
         }
     }

@@ -73,5 +73,6 @@ mod postgres_permits;
 #[cfg(feature = "postgres")]
 mod postgres_transaction;
 mod process;
+mod refresh;
 mod restart;
 mod shutdown;

@@ -114,6 +114,7 @@ mod read_write_on {
         { needs: [Shares], servers: shared } => [
             readers_share_the_key_and_the_writer_is_alone,
             a_waiting_writer_is_not_starved_by_new_readers,
+            a_waiting_writers_mark_outlives_the_last_readers_release,
             a_dead_readers_share_comes_back_after_its_ttl,
             the_writer_may_read_but_a_reader_may_not_upgrade,
             no_reader_or_writer_is_ever_beside_a_writer,

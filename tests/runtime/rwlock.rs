@@ -103,6 +103,52 @@ pub async fn a_waiting_writer_is_not_starved_by_new_readers(fx: &Fixture) {
     fx.check(late.release().await, "release");
 }
 
+/// The last reader's release leaves a waiting writer's mark in place: a
+/// reader that asks the moment the last read is given back, before the
+/// woken writer's attempt, is held back, and the writer gets the key.
+/// Readers back to back would otherwise take turns past the writer for as
+/// long as they keep coming.
+pub async fn a_waiting_writers_mark_outlives_the_last_readers_release(fx: &Fixture) {
+    let (a, b, c) = (fx.locker().await, fx.locker().await, fx.locker().await);
+    for round in 0..3 {
+        let first = fx.check(a.obtain("catalog", LONG, read()).await, "read");
+        let writer = {
+            let b = b.clone();
+            tokio::spawn(async move { b.obtain("catalog", LONG, patient(write())).await })
+        };
+        // Once the writer has found the reader, later readers wait behind it.
+        let mut marked = false;
+        for _ in 0..500 {
+            match c.obtain("catalog", LONG, read()).await {
+                Ok(late) => fx.check(late.release().await, "release"),
+                Err(err) if err.is_not_obtained() => {
+                    marked = true;
+                    break;
+                }
+                Err(err) => panic!("a late read: {err:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(marked, "round {round}: the writer never held readers back");
+        fx.check(first.release().await, "release the last read");
+        let late = c.obtain("catalog", LONG, read()).await;
+        let late_got_in = late.is_ok();
+        if let Ok(late) = late {
+            fx.check(late.release().await, "release the late read");
+        }
+        let written = tokio::time::timeout(PROMPTLY, writer)
+            .await
+            .expect("the writer was not woken when the reader left")
+            .expect("writer task");
+        let written = fx.check(written, "the write");
+        fx.check(written.release().await, "release the write");
+        assert!(
+            !late_got_in,
+            "round {round}: a reader got in past the waiting writer as the last read was given back"
+        );
+    }
+}
+
 /// A reader that dies without releasing holds the writer back for its ttl,
 /// no longer, and no shorter.
 pub async fn a_dead_readers_share_comes_back_after_its_ttl(fx: &Fixture) {

@@ -346,3 +346,69 @@ async fn inspect_and_force_release_work_without_scripts() {
     assert_eq!(left, 0);
     assert!(!server.expect_ok(locker.force_release("job").await, "again"));
 }
+
+/// Two obtains race for a key whose only share lapsed (its holder died):
+/// exactly one is granted it, with or without scripts. Without scripts the
+/// transaction reads the set under `WATCH`; a read that ended the `WATCH`
+/// (an `EXEC` of its own) left both writes unguarded, and both were granted.
+async fn one_of_two_gets_a_lapsed_share(server: &RedisServer, scripts: Scripts) {
+    const RACES: usize = 3000;
+    let (a, b) = (locker(server, scripts).await, locker(server, scripts).await);
+    let mut conn = server.connection();
+    for race in 0..RACES {
+        let key = format!("lapsed:{race}");
+        let (seconds, micros): (i64, i64) = server.cmd(&["TIME"]);
+        let lapsed = (seconds * 1000 + micros / 1000 - 5000).to_string();
+        let () = server.expect_ok(
+            redis::pipe()
+                .cmd("ZADD")
+                .arg(&key)
+                .arg("+inf")
+                .arg("kind:2")
+                .ignore()
+                .cmd("ZADD")
+                .arg(&key)
+                .arg(&lapsed)
+                .arg("0123456789abcdef0123456789abcdef")
+                .ignore()
+                .query(&mut conn),
+            "a lapsed permit",
+        );
+        let fenced = || ObtainOptions::new().fence();
+        let (first, second) = tokio::join!(
+            a.obtain(key.as_str(), TTL, fenced()),
+            b.obtain(key.as_str(), TTL, fenced()),
+        );
+        let granted: Vec<_> = [first, second]
+            .into_iter()
+            .filter_map(|outcome| match outcome {
+                Ok(lock) => Some(lock),
+                Err(err) if err.is_not_obtained() => None,
+                Err(err) => server.fail(format!("race {race}: {err:?}")),
+            })
+            .collect();
+        assert_eq!(
+            granted.len(),
+            1,
+            "race {race}: {} of two obtains were granted `{key}`",
+            granted.len()
+        );
+        for lock in granted {
+            server.expect_ok(lock.release().await, "release");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_obtains_gets_a_lapsed_share_without_scripts() {
+    let server = denied_scripts();
+    one_of_two_gets_a_lapsed_share(&server, Scripts::Never).await;
+    assert_eq!(calls(&server, "evalsha") + calls(&server, "eval"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_obtains_gets_a_lapsed_share_with_scripts() {
+    let server = RedisServer::start();
+    let () = server.cmd(&["ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all"]);
+    one_of_two_gets_a_lapsed_share(&server, Scripts::Auto).await;
+}

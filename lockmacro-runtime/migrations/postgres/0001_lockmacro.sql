@@ -79,8 +79,10 @@ $$;
 
 -- The next fencing token of `fence_key` (NULL: none asked), from the one
 -- sequence every key shares (`lockmacro_fence_seq`, below); the row of
--- `fence_key` remembers it, so that a retry of an acquire that already went
--- through gets the token minted the first time.
+-- `fence_key` remembers the last one, for `inspect`. A retry of an acquire
+-- that already went through (`retried`) is minted a token too: the row may
+-- be shared by several locks, and then holds another holder's token. The
+-- first attempt's token was never told, so the holder's tokens only go up.
 CREATE OR REPLACE FUNCTION lockmacro_fence(fence_key text, retried boolean) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -88,12 +90,6 @@ DECLARE
 BEGIN
     IF fence_key IS NULL THEN
         RETURN NULL;
-    END IF;
-    IF retried THEN
-        SELECT f.value INTO minted FROM lockmacro_fences f WHERE f.key = fence_key;
-        IF FOUND THEN
-            RETURN minted;
-        END IF;
     END IF;
     INSERT INTO lockmacro_fences AS f (key, value)
         VALUES (fence_key, nextval('lockmacro_fence_seq'))
@@ -680,7 +676,8 @@ $$;
 -- it found is older than what it needs: the version of this file, raised
 -- when it adds something. 1: leases; 2 was either shares (permits,
 -- read-write locks) or the fence sequence and transaction-scoped locks;
--- 3: both; 4: the same tables, with functions that cost the server less.
+-- 3: both; 4: the same tables, with functions that cost the server less;
+-- 5: a retried acquire is minted a fencing token of its own.
 -- Every statement above runs over any of them.
 CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 4 $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT 5 $$;

@@ -170,7 +170,6 @@ impl State {
         self.sweep(now);
         self.sweep_fences(now);
         self.fence_error(req, now)?;
-        let mut ours = 0;
         for (index, key) in req.keys.iter().enumerate() {
             // A key holding a fence counter is taken, as on Redis, where it
             // is a key like any other.
@@ -182,15 +181,14 @@ impl State {
                 });
             }
             self.check_kind(key, KeyKind::Lock, now)?;
-            if let Some(lease) = self.live(key, now) {
-                if lease.value != req.value {
-                    return Ok(Acquired::Busy {
-                        index,
-                        remaining: Some(lease.expires - now),
-                        holder: Some(lease.metadata().to_owned()),
-                    });
-                }
-                ours += 1;
+            if let Some(lease) = self.live(key, now)
+                && lease.value != req.value
+            {
+                return Ok(Acquired::Busy {
+                    index,
+                    remaining: Some(lease.expires - now),
+                    holder: Some(lease.metadata().to_owned()),
+                });
             }
         }
         let expires = now + req.ttl;
@@ -203,14 +201,11 @@ impl State {
                 },
             );
         }
-        let retried = ours == req.keys.len();
-        let fence = req.fence_key.map(|fence_key| {
-            // A retry after a lost reply gets the token minted the first time.
-            match self.counter(fence_key, now) {
-                Some(counter) if retried => counter.value,
-                _ => self.next_fence(fence_key, now),
-            }
-        });
+        // A retry after a lost reply mints a token too, as `fence.lua` says
+        // why: the counter may be shared with other locks.
+        let fence = req
+            .fence_key
+            .map(|fence_key| self.next_fence(fence_key, now));
         Ok(Acquired::Obtained { fence })
     }
 

@@ -64,12 +64,18 @@ pub(in crate::backend) enum Shares {
 }
 
 /// The shares at `key` (a sorted set), by the server's clock.
+///
+/// Two plain commands, never a `MULTI`: the transactions call this between
+/// their `WATCH` and their own `MULTI`, and an `EXEC` here would end the
+/// `WATCH`, leaving their writes unguarded. Read under `WATCH`, what the two
+/// commands see is checked by the transaction's `EXEC`; read alone (by
+/// `inspect`), a change between them only makes the answer as old as any
+/// other read.
 pub(in crate::backend) async fn shares_at(
     conn: &mut impl redis::aio::ConnectionLike,
     key: &str,
 ) -> RedisResult<(Shares, Vec<(String, i64)>, i64)> {
     let (time, members): (Value, Value) = redis::pipe()
-        .atomic()
         .ignore_errors()
         .cmd("TIME")
         .cmd("ZRANGE")
@@ -238,10 +244,14 @@ impl<T: Transport> Protocol<T> {
                     retried = false;
                     match shares_at(&mut conn, key).await?.0 {
                         Shares::None => stale.push(key),
-                        held => {
-                            unwatch(&mut conn).await?;
+                        // A refusal read across two replies: another
+                        // client may have written between them (taken the
+                        // lapsed set as a lock), so it stands only if the
+                        // keys are still as watched.
+                        held if unchanged(&mut conn).await? => {
                             return Ok(Some(Err(wrong_kind(req, i, held))));
                         }
+                        _ => return Ok(None),
                     }
                 }
             }
@@ -278,12 +288,10 @@ impl<T: Transport> Protocol<T> {
                     .ignore();
             }
         }
+        // A retry whose first reply was lost mints a fence too: the one its
+        // first attempt minted was never seen, and the counter as it stands
+        // may be another holder's, when several locks share it.
         let minted = match fence {
-            // A retry whose first reply was lost: the fence as it stands.
-            Some((fence_key, Counter::Holds)) if retried => {
-                write.cmd("GET").arg(fence_key);
-                true
-            }
             Some((fence_key, counter)) => {
                 if let Counter::Missing(seed) = counter {
                     write.cmd("SET").arg(fence_key).arg(seed).ignore();
@@ -304,10 +312,19 @@ impl<T: Transport> Protocol<T> {
             return Ok(None);
         };
         let fence = if minted {
-            let fence: u64 = done
+            // `INCR`'s reply, the only one not ignored. Written and not
+            // readable is no fence: never reported as one.
+            let fence = done
                 .first()
-                .and_then(|value| redis::from_redis_value_ref(value).ok())
-                .unwrap_or(0);
+                .and_then(|value| redis::from_redis_value_ref::<u64>(value).ok())
+                .filter(|fence| *fence > 0);
+            let Some(fence) = fence else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "the fence could not be read",
+                    format!("EXEC answered {done:?} for the fence counter's INCR"),
+                )));
+            };
             Some(fence)
         } else {
             None
@@ -439,6 +456,18 @@ fn other_data(key: String) -> LockError {
                  lock differently"
             .into(),
     }
+}
+
+/// Whether the watched keys are still as read: an empty transaction, whose
+/// `EXEC` answers nothing when one changed, and which ends the `WATCH`.
+async fn unchanged(conn: &mut MultiplexedConnection) -> RedisResult<bool> {
+    let done: Option<Value> = redis::pipe()
+        .atomic()
+        .cmd("PING")
+        .ignore()
+        .query_async(conn)
+        .await?;
+    Ok(done.is_some())
 }
 
 /// Ends a transaction that writes nothing.

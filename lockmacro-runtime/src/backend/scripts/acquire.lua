@@ -10,7 +10,7 @@
 -- any more is free, and overwritten.
 -- Taking keys that already hold exactly ARGV[1] (or ARGV[1] and MARK: a
 -- waiter found it busy since, see mark.lua) succeeds: that is a retry of
--- an attempt whose reply was lost, told the fence held_fence gives.
+-- an attempt whose reply was lost, told a fence of its own (see fence.lua).
 -- All or none holds when the script fails too: everything that can fail
 -- (a fence counter that is not one, a lock key of another type) is found
 -- before the first write, and nothing after it can fail.
@@ -23,11 +23,11 @@ if refused then
   return refused
 end
 
--- The reply of keys taken: their fence, from `fence_of` (next_fence, or
--- held_fence for keys already ours), when a counter was given, else 0.
-local function taken(fence_of)
+-- The reply of keys taken: their fence (next_fence, also for keys already
+-- ours: see fence.lua), when a counter was given, else 0.
+local function taken()
   if counter then
-    return {1, fence_of(counter, ARGV[4])}
+    return {1, next_fence(counter, ARGV[4])}
   end
   return {1, 0}
 end
@@ -72,7 +72,7 @@ if n == 1 then
       return busy(1, current)
     else
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
-      return taken(held_fence)
+      return taken()
     end
   end
 else
@@ -99,8 +99,8 @@ else
     redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
   end
   if retried then
-    return taken(held_fence)
+    return taken()
   end
 end
 
-return taken(next_fence)
+return taken()

@@ -26,7 +26,7 @@
 -- mark.lua) succeeds: a retry whose
 -- reply was lost, or a waiter confirming the key handed to it, which
 -- extends the key to its ttl and publishes "confirm:<token>"; its fence is
--- the one held_fence gives.
+-- a new one (see fence.lua).
 -- A fence counter that cannot be used is refused before anything is
 -- written (fence_error), and so is a key held as another kind, with {2, 1,
 -- kind} (see kinds.lua).
@@ -52,7 +52,7 @@ if current == value or current == value .. MARK then
   redis.call('PEXPIRE', key, ARGV[2])
   redis.pcall('PUBLISH', 'lockmacro:released:' .. key, 'confirm:' .. token)
   if counter then
-    return {1, held_fence(counter, ARGV[5])}
+    return {1, next_fence(counter, ARGV[5])}
   end
   return {1, 0}
 end

@@ -23,7 +23,7 @@
 -- Returns {1, fence or 0} when taken, {0, 1, ms} when not, ms being how
 -- long until the first share in the way expires. Taking a share this token
 -- already holds succeeds (a retry whose reply was lost) and extends it,
--- with the fence held_fence gives. A
+-- with a fence of its own (see fence.lua). A
 -- key held as another kind (a lock, a semaphore of another count, a
 -- read-write lock; see kinds.lua) is refused before anything is written,
 -- with {2, 1, kind}; one that holds another client's data, with NOTSHARES.
@@ -79,7 +79,7 @@ if redis.call('ZSCORE', key, member) then
     redis.pcall('PUBLISH', 'lockmacro:released:' .. key, 'confirm:' .. token)
   end
   if counter then
-    return taken(held_fence(counter, ARGV[4]))
+    return taken(next_fence(counter, ARGV[4]))
   end
   return taken(0)
 end

@@ -21,13 +21,13 @@
 -- clock Redis also expires keys by. The same holds after data loss, as long
 -- as the clock does not step back across the restart.
 --
--- held_fence(counter, expiry) is the fence of an attempt that finds the key
--- already its own (a retry whose first reply was lost, or a waiter taking a
--- key handed to it): the counter as it stands. A counter that expired, or
--- was lost, since it minted that attempt's fence is minted again
--- (next_fence): read as 0, it would tell the holder a fence below the one
--- already handed out, which a fenced store refuses as stale; minted, it
--- starts from the clock, above every fence the old counter gave.
+-- An attempt that finds the key already its own (a retry whose first reply
+-- was lost, or a waiter taking a key handed to it) mints a fence too
+-- (next_fence), rather than reading the counter as it stands: several
+-- locks may share one counter, whose value is then another holder's, and
+-- a counter that expired or was lost since would read as nothing. The
+-- fence its first attempt minted was never used (its reply was lost) or is
+-- below the new one, so the holder's fences only go up.
 -- TIME gives seconds and microseconds as strings: joined, not added, so that
 -- no double is involved. Scripts replicate their effects, so TIME is allowed
 -- before a write. GET rather than EXISTS or TYPE: one command fewer for a
@@ -62,12 +62,4 @@ local function next_fence(counter, expiry)
   local fence = redis.call('INCR', counter)
   redis.call('PEXPIRE', counter, expiry)
   return fence
-end
-
-local function held_fence(counter, expiry)
-  local fence = redis.call('GET', counter)
-  if fence then
-    return tonumber(fence)
-  end
-  return next_fence(counter, expiry)
 end

@@ -3,10 +3,16 @@
 -- older than the newest token applied to this resource.
 -- Tokens are decimal u64 without leading zeros; they are compared as strings
 -- (length, then digits), because Lua numbers are doubles and lose precision
--- above 2^53.
+-- above 2^53. Anything else, 0 included (no lock is fenced with it, and a
+-- write taken with it would let an older holder's write in over it), is
+-- refused with the error BADTOKEN and changes nothing: the client refuses
+-- those first, this guards the key from other clients of the script.
 -- Returns 1 when written, 0 (changing nothing) when the token is stale.
-local newest = redis.call('HGET', KEYS[1], 'fence')
 local token = ARGV[1]
+if not string.match(token, '^[1-9]%d*$') or #token > 20 then
+  return redis.error_reply('BADTOKEN a fencing token is a decimal integer above 0')
+end
+local newest = redis.call('HGET', KEYS[1], 'fence')
 if newest and (#token < #newest or (#token == #newest and token < newest)) then
   return 0
 end

@@ -43,9 +43,21 @@ for i = 1, #KEYS do
     redis.call('DEL', key)
   elseif owned then
     redis.call('ZREM', key, share_member(token, owned))
-    -- The last share takes the set, and its kind (see kinds.lua), with it.
-    if set_shares(key, server_now()) == 0 then
-      redis.call('DEL', key)
+    -- The last share takes the set, and its kind (see kinds.lua), with it,
+    -- unless a writer waits: its mark (see acquire_shared.lua), live since
+    -- set_shares drops it once past, holds new readers back until the
+    -- writer's next attempt, and the set lasts as long.
+    local now = server_now()
+    if set_shares(key, now) == 0 then
+      local writing = redis.call('ZSCORE', key, 'writing')
+      if writing then
+        local left = math.ceil(tonumber(writing) - now)
+        if redis.call('PTTL', key) < left then
+          redis.call('PEXPIRE', key, left)
+        end
+      else
+        redis.call('DEL', key)
+      end
     end
   else
     all = 0
