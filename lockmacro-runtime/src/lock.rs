@@ -109,6 +109,13 @@ impl Lock {
     /// longer ours, and [`LockError::Lost`] when the backend's confirmation
     /// came after the lease's [deadline](Self::deadline): a lease is not
     /// trusted again once its deadline has passed.
+    ///
+    /// The server may run a refresh whose answer never comes (a timeout, a
+    /// lost reply), so a shorter `ttl` moves the deadline in as the refresh
+    /// is sent, whatever the outcome: to no later than now plus `ttl`, less
+    /// the backend's drift margin. After such a refresh goes unanswered,
+    /// later refreshes count no more than that `ttl` either, since it may
+    /// still be run after them.
     pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         self.lease.refresh(ttl).await
     }

@@ -172,6 +172,57 @@ async fn cancelled_obtains_leave_no_key_behind() {
     );
 }
 
+/// The same on a CPU kept busy by two spinning threads beside the test (the
+/// client's tasks then run late, between any two of their steps), many
+/// times over: once the locker has shut down, which waits for its
+/// background releases, no key is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_obtains_leave_no_key_behind_on_a_busy_cpu() {
+    const CALLS: usize = 4000;
+    let server = RedisServer::start();
+    let locker = locker_with(&server, &server.url(), Duration::from_secs(3)).await;
+    let ttl = Duration::from_secs(60);
+    let spinning = Arc::new(AtomicBool::new(true));
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let spinning = spinning.clone();
+            std::thread::spawn(move || {
+                while spinning.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let mut calls = JoinSet::new();
+    for i in 0..CALLS {
+        let locker = locker.clone();
+        calls.spawn(async move {
+            let cancel_after = Duration::from_micros((i as u64 * 2_000) / CALLS as u64);
+            let key = format!("cancel:{i}");
+            let obtain = locker.obtain(&key, ttl, ObtainOptions::new());
+            // A lock obtained in time is dropped here: released in the
+            // background, as a cancelled call's claim is.
+            drop(tokio::time::timeout(cancel_after, obtain).await);
+        });
+        if calls.len() >= 64 {
+            calls.join_next().await;
+        }
+    }
+    while calls.join_next().await.is_some() {}
+    let report = locker.shutdown().await;
+    spinning.store(false, Ordering::Relaxed);
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+    let left: Vec<String> = server.cmd(&["KEYS", "cancel:*"]);
+    assert!(
+        left.is_empty(),
+        "{} keys left held by cancelled calls after the shutdown ({report:?}), among them {:?}",
+        left.len(),
+        &left[..left.len().min(10)]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_that_times_out_gives_back_what_its_late_request_took() {
     let server = RedisServer::start();
