@@ -213,8 +213,10 @@ pub async fn fence_tokens_strictly_increase_across_releases_and_lockers(fx: &Fix
             fx.check(lock.release().await, "release");
         } else {
             // Expiry instead of release must not reset the counter either.
-            fx.check(lock.refresh(Duration::from_millis(1)).await, "shorten");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            fx.check(lock.refresh(Duration::from_millis(50)).await, "shorten");
+            while fx.is_held("job").await {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
     }
 }
