@@ -16,6 +16,8 @@
 
 use stateright::{Model, Property};
 
+use crate::steps::Steps;
+
 use crate::time::Timing;
 
 /// Breaks the fence counter on purpose.
@@ -53,6 +55,8 @@ pub struct Fences {
     pub restarts: u8,
     /// The faults planted on purpose.
     pub mutations: FencesMutations,
+    /// Counts the steps offered and taken, when given (see [`Steps`]).
+    pub steps: Option<Steps>,
 }
 
 impl Fences {
@@ -69,6 +73,7 @@ impl Fences {
             fence_expiry: horizon + timing.ttl,
             restarts: 1,
             mutations: FencesMutations::default(),
+            steps: None,
         }
     }
 }
@@ -188,33 +193,9 @@ impl Fences {
     }
 }
 
-impl Model for Fences {
-    type State = FencesState;
-    type Action = FencesAction;
-
-    fn init_states(&self) -> Vec<FencesState> {
-        let n = self.clients as usize;
-        let taker = Taker {
-            done: 0,
-            holding: None,
-            request: None,
-            reply: None,
-        };
-        vec![FencesState {
-            // Any clock but zero: a counter seeded at zero is the mutation.
-            now: 1,
-            key: None,
-            counter: None,
-            restarts: 0,
-            takers: vec![taker; n],
-            newest: 0,
-            went_back: false,
-            minted: vec![None; n],
-            retold: false,
-        }]
-    }
-
-    fn actions(&self, s: &FencesState, actions: &mut Vec<FencesAction>) {
+impl Fences {
+    /// The steps `actions` offers in `s`.
+    fn offer(&self, s: &FencesState, actions: &mut Vec<FencesAction>) {
         let running = s.now < self.timing.horizon;
         if running {
             actions.push(FencesAction::Tick);
@@ -240,7 +221,8 @@ impl Model for Fences {
         }
     }
 
-    fn next_state(&self, last: &FencesState, action: FencesAction) -> Option<FencesState> {
+    /// What `action` makes of `last`, or `None` when it is not enabled.
+    fn step(&self, last: &FencesState, action: FencesAction) -> Option<FencesState> {
         let mut s = last.clone();
         match action {
             FencesAction::Tick => {
@@ -296,6 +278,50 @@ impl Model for Fences {
             }
         }
         Some(s)
+    }
+}
+
+impl Model for Fences {
+    type State = FencesState;
+    type Action = FencesAction;
+
+    fn init_states(&self) -> Vec<FencesState> {
+        let n = self.clients as usize;
+        let taker = Taker {
+            done: 0,
+            holding: None,
+            request: None,
+            reply: None,
+        };
+        vec![FencesState {
+            // Any clock but zero: a counter seeded at zero is the mutation.
+            now: 1,
+            key: None,
+            counter: None,
+            restarts: 0,
+            takers: vec![taker; n],
+            newest: 0,
+            went_back: false,
+            minted: vec![None; n],
+            retold: false,
+        }]
+    }
+
+    fn actions(&self, s: &FencesState, actions: &mut Vec<FencesAction>) {
+        self.offer(s, actions);
+        if let Some(steps) = &self.steps {
+            steps.offered(actions);
+        }
+    }
+
+    fn next_state(&self, last: &FencesState, action: FencesAction) -> Option<FencesState> {
+        let next = self.step(last, action);
+        if let Some(steps) = &self.steps
+            && next.is_some()
+        {
+            steps.taken(&action);
+        }
+        next
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

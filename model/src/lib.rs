@@ -31,6 +31,7 @@ mod kinds;
 mod plain;
 mod scripts;
 mod shares;
+mod steps;
 mod time;
 
 pub use fair::{Entry, Fair, FairAction, FairMsg, FairMutations, FairOp, FairState, Held, Waiter};
@@ -43,4 +44,5 @@ pub use scripts::{SCRIPTS, Script};
 pub use shares::{
     Flight, Holder, ShareOp, Shares, SharesAction, SharesKind, SharesMutations, SharesState,
 };
+pub use steps::{Count, Steps};
 pub use time::Timing;

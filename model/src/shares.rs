@@ -12,6 +12,8 @@
 
 use stateright::{Model, Property};
 
+use crate::steps::Steps;
+
 use crate::time::Timing;
 
 /// What the key is shared as.
@@ -54,6 +56,8 @@ pub struct Shares {
     pub attempts: u8,
     /// The faults planted on purpose.
     pub mutations: SharesMutations,
+    /// Counts the steps offered and taken, when given (see [`Steps`]).
+    pub steps: Option<Steps>,
 }
 
 impl Shares {
@@ -65,6 +69,7 @@ impl Shares {
             timing,
             attempts: 2,
             mutations: SharesMutations::default(),
+            steps: None,
         }
     }
 
@@ -218,24 +223,9 @@ impl Shares {
     }
 }
 
-impl Model for Shares {
-    type State = SharesState;
-    type Action = SharesAction;
-
-    fn init_states(&self) -> Vec<SharesState> {
-        let n = self.clients as usize;
-        vec![SharesState {
-            now: 0,
-            set: Vec::new(),
-            writing: None,
-            holders: vec![Holder::Waiting { from: 0 }; n],
-            flights: vec![None; n],
-            attempts: vec![0; n],
-            confirmed_lapsed: false,
-        }]
-    }
-
-    fn actions(&self, s: &SharesState, actions: &mut Vec<SharesAction>) {
+impl Shares {
+    /// The steps `actions` offers in `s`.
+    fn offer(&self, s: &SharesState, actions: &mut Vec<SharesAction>) {
         if s.now < self.timing.horizon {
             actions.push(SharesAction::Tick);
         }
@@ -266,7 +256,8 @@ impl Model for Shares {
         }
     }
 
-    fn next_state(&self, last: &SharesState, action: SharesAction) -> Option<SharesState> {
+    /// What `action` makes of `last`, or `None` when it is not enabled.
+    fn step(&self, last: &SharesState, action: SharesAction) -> Option<SharesState> {
         let mut s = last.clone();
         let t = self.timing;
         match action {
@@ -350,6 +341,41 @@ impl Model for Shares {
             }
         }
         Some(s)
+    }
+}
+
+impl Model for Shares {
+    type State = SharesState;
+    type Action = SharesAction;
+
+    fn init_states(&self) -> Vec<SharesState> {
+        let n = self.clients as usize;
+        vec![SharesState {
+            now: 0,
+            set: Vec::new(),
+            writing: None,
+            holders: vec![Holder::Waiting { from: 0 }; n],
+            flights: vec![None; n],
+            attempts: vec![0; n],
+            confirmed_lapsed: false,
+        }]
+    }
+
+    fn actions(&self, s: &SharesState, actions: &mut Vec<SharesAction>) {
+        self.offer(s, actions);
+        if let Some(steps) = &self.steps {
+            steps.offered(actions);
+        }
+    }
+
+    fn next_state(&self, last: &SharesState, action: SharesAction) -> Option<SharesState> {
+        let next = self.step(last, action);
+        if let Some(steps) = &self.steps
+            && next.is_some()
+        {
+            steps.taken(&action);
+        }
+        next
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

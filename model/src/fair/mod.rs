@@ -12,6 +12,8 @@
 
 use stateright::{Model, Property};
 
+use crate::steps::Steps;
+
 use crate::time::Timing;
 
 mod state;
@@ -51,6 +53,8 @@ pub struct Fair {
     pub attempts: u8,
     /// The faults planted on purpose.
     pub mutations: FairMutations,
+    /// Counts the steps offered and taken, when given (see [`Steps`]).
+    pub steps: Option<Steps>,
 }
 
 impl Fair {
@@ -62,6 +66,7 @@ impl Fair {
             queue_for: timing.ttl + 1,
             attempts: 3,
             mutations: FairMutations::default(),
+            steps: None,
         }
     }
 }
@@ -210,27 +215,9 @@ impl Fair {
     }
 }
 
-impl Model for Fair {
-    type State = FairState;
-    type Action = FairAction;
-
-    fn init_states(&self) -> Vec<FairState> {
-        let n = self.clients as usize;
-        vec![FairState {
-            now: 0,
-            key: None,
-            queue: Vec::new(),
-            flag: None,
-            waiters: vec![Waiter::Ready; n],
-            net: vec![None; n],
-            sent: vec![(0, 0); n],
-            grants: vec![None; n],
-            woken: vec![false; n],
-            stranded: false,
-        }]
-    }
-
-    fn actions(&self, s: &FairState, actions: &mut Vec<FairAction>) {
+impl Fair {
+    /// The steps `actions` offers in `s`.
+    fn offer(&self, s: &FairState, actions: &mut Vec<FairAction>) {
         if s.now < self.timing.horizon {
             actions.push(FairAction::Tick);
         }
@@ -283,7 +270,8 @@ impl Model for Fair {
         }
     }
 
-    fn next_state(&self, last: &FairState, action: FairAction) -> Option<FairState> {
+    /// What `action` makes of `last`, or `None` when it is not enabled.
+    fn step(&self, last: &FairState, action: FairAction) -> Option<FairState> {
         let mut s = last.clone();
         let t = self.timing;
         let now = s.now;
@@ -390,6 +378,44 @@ impl Model for Fair {
             }
         }
         Some(s)
+    }
+}
+
+impl Model for Fair {
+    type State = FairState;
+    type Action = FairAction;
+
+    fn init_states(&self) -> Vec<FairState> {
+        let n = self.clients as usize;
+        vec![FairState {
+            now: 0,
+            key: None,
+            queue: Vec::new(),
+            flag: None,
+            waiters: vec![Waiter::Ready; n],
+            net: vec![None; n],
+            sent: vec![(0, 0); n],
+            grants: vec![None; n],
+            woken: vec![false; n],
+            stranded: false,
+        }]
+    }
+
+    fn actions(&self, s: &FairState, actions: &mut Vec<FairAction>) {
+        self.offer(s, actions);
+        if let Some(steps) = &self.steps {
+            steps.offered(actions);
+        }
+    }
+
+    fn next_state(&self, last: &FairState, action: FairAction) -> Option<FairState> {
+        let next = self.step(last, action);
+        if let Some(steps) = &self.steps
+            && next.is_some()
+        {
+            steps.taken(&action);
+        }
+        next
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

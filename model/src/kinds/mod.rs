@@ -15,6 +15,8 @@
 
 use stateright::{Model, Property};
 
+use crate::steps::Steps;
+
 use crate::time::Timing;
 
 mod state;
@@ -54,6 +56,8 @@ pub struct Kinds {
     pub attempts: u8,
     /// The faults planted on purpose.
     pub mutations: KindsMutations,
+    /// Counts the steps offered and taken, when given (see [`Steps`]).
+    pub steps: Option<Steps>,
 }
 
 impl Kinds {
@@ -64,6 +68,7 @@ impl Kinds {
             timing,
             attempts: 2,
             mutations: KindsMutations::default(),
+            steps: None,
         }
     }
 
@@ -219,27 +224,9 @@ impl Kinds {
     }
 }
 
-impl Model for Kinds {
-    type State = KindsState;
-    type Action = KindsAction;
-
-    fn init_states(&self) -> Vec<KindsState> {
-        let n = self.clients.len();
-        vec![KindsState {
-            now: 0,
-            key: Key::Free,
-            stands: vec![Stand::Waiting { from: 0 }; n],
-            flights: vec![None; n],
-            attempts: vec![0; n],
-            half_downgraded: None,
-            forced: false,
-            evicted: vec![false; n],
-            survived_force: false,
-            refused_after_force: vec![false; n],
-        }]
-    }
-
-    fn actions(&self, s: &KindsState, actions: &mut Vec<KindsAction>) {
+impl Kinds {
+    /// The steps `actions` offers in `s`.
+    fn offer(&self, s: &KindsState, actions: &mut Vec<KindsAction>) {
         if s.now < self.timing.horizon {
             actions.push(KindsAction::Tick);
         }
@@ -279,7 +266,8 @@ impl Model for Kinds {
         }
     }
 
-    fn next_state(&self, last: &KindsState, action: KindsAction) -> Option<KindsState> {
+    /// What `action` makes of `last`, or `None` when it is not enabled.
+    fn step(&self, last: &KindsState, action: KindsAction) -> Option<KindsState> {
         let mut s = last.clone();
         let t = self.timing;
         match action {
@@ -388,6 +376,44 @@ impl Model for Kinds {
             }
         }
         Some(s)
+    }
+}
+
+impl Model for Kinds {
+    type State = KindsState;
+    type Action = KindsAction;
+
+    fn init_states(&self) -> Vec<KindsState> {
+        let n = self.clients.len();
+        vec![KindsState {
+            now: 0,
+            key: Key::Free,
+            stands: vec![Stand::Waiting { from: 0 }; n],
+            flights: vec![None; n],
+            attempts: vec![0; n],
+            half_downgraded: None,
+            forced: false,
+            evicted: vec![false; n],
+            survived_force: false,
+            refused_after_force: vec![false; n],
+        }]
+    }
+
+    fn actions(&self, s: &KindsState, actions: &mut Vec<KindsAction>) {
+        self.offer(s, actions);
+        if let Some(steps) = &self.steps {
+            steps.offered(actions);
+        }
+    }
+
+    fn next_state(&self, last: &KindsState, action: KindsAction) -> Option<KindsState> {
+        let next = self.step(last, action);
+        if let Some(steps) = &self.steps
+            && next.is_some()
+        {
+            steps.taken(&action);
+        }
+        next
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -17,6 +17,8 @@
 
 use stateright::{Model, Property};
 
+use crate::steps::Steps;
+
 use crate::time::Timing;
 
 mod state;
@@ -66,6 +68,8 @@ pub struct Plain {
     pub attempts: u8,
     /// The faults planted on purpose.
     pub mutations: PlainMutations,
+    /// Counts the steps offered and taken, when given (see [`Steps`]).
+    pub steps: Option<Steps>,
 }
 
 impl Plain {
@@ -79,6 +83,7 @@ impl Plain {
             restarts: 0,
             attempts: 3,
             mutations: PlainMutations::default(),
+            steps: None,
         }
     }
 }
@@ -254,45 +259,9 @@ impl Plain {
     }
 }
 
-impl Model for Plain {
-    type State = PlainState;
-    type Action = PlainAction;
-
-    fn init_states(&self) -> Vec<PlainState> {
-        let n = self.clients as usize;
-        // Only the first client's clock runs slow: a counterexample that
-        // needs one slow clock is found with it as that client.
-        (0..=self.max_skew)
-            .map(|skew| {
-                let mut skews = vec![0; n];
-                skews[0] = skew;
-                skews
-            })
-            .map(|skews| PlainState {
-                now: 0,
-                key: None,
-                marked: false,
-                flag: None,
-                restarts: 0,
-                clients: skews
-                    .into_iter()
-                    .map(|skew| Client {
-                        phase: Phase::Idle,
-                        net: None,
-                        woken: false,
-                        attempts: 0,
-                        skew,
-                    })
-                    .collect(),
-                awaiting: vec![None; n],
-                lapsed: vec![false; n],
-                missed_wakeup: false,
-                confirmed_lapsed: false,
-            })
-            .collect()
-    }
-
-    fn actions(&self, s: &PlainState, actions: &mut Vec<PlainAction>) {
+impl Plain {
+    /// The steps `actions` offers in `s`.
+    fn offer(&self, s: &PlainState, actions: &mut Vec<PlainAction>) {
         if s.now < self.timing.horizon {
             actions.push(PlainAction::Tick);
         }
@@ -341,7 +310,8 @@ impl Model for Plain {
         }
     }
 
-    fn next_state(&self, last: &PlainState, action: PlainAction) -> Option<PlainState> {
+    /// What `action` makes of `last`, or `None` when it is not enabled.
+    fn step(&self, last: &PlainState, action: PlainAction) -> Option<PlainState> {
         let mut s = last.clone();
         match action {
             PlainAction::Tick => {
@@ -400,6 +370,62 @@ impl Model for Plain {
             }
         }
         Some(s)
+    }
+}
+
+impl Model for Plain {
+    type State = PlainState;
+    type Action = PlainAction;
+
+    fn init_states(&self) -> Vec<PlainState> {
+        let n = self.clients as usize;
+        // Only the first client's clock runs slow: a counterexample that
+        // needs one slow clock is found with it as that client.
+        (0..=self.max_skew)
+            .map(|skew| {
+                let mut skews = vec![0; n];
+                skews[0] = skew;
+                skews
+            })
+            .map(|skews| PlainState {
+                now: 0,
+                key: None,
+                marked: false,
+                flag: None,
+                restarts: 0,
+                clients: skews
+                    .into_iter()
+                    .map(|skew| Client {
+                        phase: Phase::Idle,
+                        net: None,
+                        woken: false,
+                        attempts: 0,
+                        skew,
+                    })
+                    .collect(),
+                awaiting: vec![None; n],
+                lapsed: vec![false; n],
+                missed_wakeup: false,
+                confirmed_lapsed: false,
+            })
+            .collect()
+    }
+
+    fn actions(&self, s: &PlainState, actions: &mut Vec<PlainAction>) {
+        self.offer(s, actions);
+        if let Some(steps) = &self.steps {
+            steps.offered(actions);
+        }
+    }
+
+    fn next_state(&self, last: &PlainState, action: PlainAction) -> Option<PlainState> {
+        let next = self.step(last, action);
+        if let Some(steps) = &self.steps
+            && next.is_some()
+        {
+            steps.taken(&action);
+        }
+        next
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
