@@ -146,10 +146,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "listening on http://127.0.0.1:3000; try: curl -X POST localhost:3000/invoices/7/send"
         );
+        // SIGTERM (a deploy, `docker stop`, Kubernetes) or Ctrl-C.
         serve(listener, router(service.clone()))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
+            .with_graceful_shutdown(lockmacro_runtime::shutdown_signal())
             .await?;
         // The handlers are done: give back what this instance still holds,
         // so that the one replacing it does not wait out the ttls.

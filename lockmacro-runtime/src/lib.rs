@@ -33,6 +33,7 @@ mod registry;
 mod retry;
 mod rules;
 mod shutdown;
+mod signal;
 #[cfg(feature = "tower")]
 mod tower;
 #[cfg(feature = "postgres")]
@@ -75,6 +76,7 @@ pub use crate::locker::Locker;
 pub use crate::options::{Fencing, ObtainOptions};
 pub use crate::registry::ShutdownReport;
 pub use crate::retry::RetryStrategy;
+pub use crate::signal::shutdown_signal;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use crate::tower::{HttpResponses, LockLayer, LockResponses, LockService};

@@ -32,6 +32,9 @@ pub struct SharesMutations {
     pub refresh_retakes: bool,
     /// A read does not look for the write.
     pub read_ignores_write: bool,
+    /// The client counts its lease from when the reply came, not from
+    /// when it sent the request.
+    pub lease_from_reply: bool,
 }
 
 /// Shares of one key; see the module documentation.
@@ -313,6 +316,11 @@ impl Shares {
                     return None;
                 };
                 let now = s.now;
+                let sent = if self.mutations.lease_from_reply {
+                    now
+                } else {
+                    sent
+                };
                 s.holders[c] = match (s.holders[c], op, ok) {
                     (Holder::Gone, _, _) | (_, ShareOp::Release, _) => Holder::Gone,
                     (Holder::Waiting { .. }, ShareOp::Acquire, true) => {

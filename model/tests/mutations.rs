@@ -32,6 +32,28 @@ where
     trace
 }
 
+/// As [`break_it`], depth first: for a space whose breadth-first search
+/// takes long to reach the counterexample's depth. The trace found is then
+/// not the shortest.
+pub fn break_it_depth_first<M>(model: M, property: &'static str) -> String
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + Debug + Eq + Hash + Send + Sync,
+    M::Action: Clone + Debug + PartialEq,
+{
+    let checker = model
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .spawn_dfs()
+        .join();
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("the checker found no counterexample to `{property}`"));
+    let trace = format!("{:?}", path.into_actions());
+    eprintln!("{property}: {trace}");
+    trace
+}
+
 fn plain(mutations: PlainMutations) -> Plain {
     Plain {
         attempts: 2,
@@ -274,4 +296,96 @@ fn a_downgrade_in_two_steps_lets_a_writer_in_beside_the_reader() {
         },
     );
     break_it(model, "a writer holds alone, across a downgrade");
+}
+
+/// Each of these breaks a property no other planted fault reaches.
+#[test]
+fn a_clock_slower_than_the_drift_margin_believes_in_a_key_that_is_gone() {
+    let model = Plain {
+        max_skew: Timing::default().drift + 1,
+        ..plain(PlainMutations::default())
+    };
+    break_it(model, "a holder's key is its own");
+}
+
+#[test]
+fn a_refresh_that_retakes_an_expired_permit_confirms_a_lapsed_share() {
+    let model = Shares {
+        attempts: 2,
+        mutations: SharesMutations {
+            refresh_retakes: true,
+            ..SharesMutations::default()
+        },
+        ..Shares::new(
+            SharesKind::Permits(1),
+            2,
+            Timing {
+                horizon: 4,
+                ..Timing::default()
+            },
+        )
+    };
+    break_it(model, "no lapsed share is confirmed");
+}
+
+#[test]
+fn a_share_counted_from_its_reply_outlives_the_server() {
+    let model = Shares {
+        attempts: 1,
+        mutations: SharesMutations {
+            lease_from_reply: true,
+            ..SharesMutations::default()
+        },
+        ..Shares::new(
+            SharesKind::Permits(1),
+            2,
+            Timing {
+                horizon: 4,
+                ..Timing::default()
+            },
+        )
+    };
+    break_it(model, "a holder's share is on the server");
+}
+
+#[test]
+fn a_grant_lease_trusted_from_the_hand_off_lets_two_clients_hold() {
+    // A third client, one attempt each: the key expires under the waiter
+    // that trusts it too long, and the third takes it.
+    let model = Fair {
+        clients: 3,
+        attempts: 1,
+        ..handing_off(FairMutations {
+            lease_from_arrival: true,
+            ..FairMutations::default()
+        })
+    };
+    break_it_depth_first(model, "at most one holder");
+}
+
+#[test]
+fn a_grant_lease_trusted_from_the_hand_off_outlives_the_key() {
+    let model = handing_off(FairMutations {
+        lease_from_arrival: true,
+        ..FairMutations::default()
+    });
+    break_it(model, "a holder's key is its own");
+}
+
+/// The fair queue with the timing that reaches the hand-off (see
+/// `the_fair_queue_keeps_every_property`).
+fn handing_off(mutations: FairMutations) -> Fair {
+    Fair {
+        attempts: 2,
+        mutations,
+        ..Fair::new(
+            2,
+            Timing {
+                ttl: 4,
+                grant: 3,
+                horizon: 4,
+                ..Timing::default()
+            },
+        )
+    }
 }

@@ -76,3 +76,4 @@ mod process;
 mod refresh;
 mod restart;
 mod shutdown;
+mod signal;

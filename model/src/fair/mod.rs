@@ -30,6 +30,9 @@ pub struct FairMutations {
     pub flag_after_attempt: bool,
     /// A grant writes the waiter's value without the waiters' mark.
     pub grant_unmarked: bool,
+    /// A waiter trusts the grant lease from when it heard the hand-off,
+    /// not from when it sent the attempt that found it in line.
+    pub lease_from_arrival: bool,
 }
 
 /// The fair queue of one key; see the module documentation.
@@ -300,7 +303,12 @@ impl Fair {
                 let c = c as usize;
                 s.grants[c] = None;
                 let lease = self.lease();
-                let until = t.deadline(s.sent[c].1, lease, 0);
+                let from = if self.mutations.lease_from_arrival {
+                    now
+                } else {
+                    s.sent[c].1
+                };
+                let until = t.deadline(from, lease, 0);
                 if until <= now + lease / 2 {
                     return None;
                 }
