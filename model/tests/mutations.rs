@@ -19,17 +19,7 @@ where
     M::State: Clone + Debug + Eq + Hash + Send + Sync,
     M::Action: Clone + Debug + PartialEq,
 {
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .spawn_bfs()
-        .join();
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("the checker found no counterexample to `{property}`"));
-    let trace = format!("{:?}", path.into_actions());
-    eprintln!("{property}: {trace}");
-    trace
+    search(model, property, false)
 }
 
 /// As [`break_it`], depth first: for a space whose breadth-first search
@@ -41,14 +31,25 @@ where
     M::State: Clone + Debug + Eq + Hash + Send + Sync,
     M::Action: Clone + Debug + PartialEq,
 {
+    search(model, property, true)
+}
+
+fn search<M>(model: M, property: &'static str, depth_first: bool) -> String
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + Debug + Eq + Hash + Send + Sync,
+    M::Action: Clone + Debug + PartialEq,
+{
     let checker = model
         .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .spawn_dfs()
-        .join();
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("the checker found no counterexample to `{property}`"));
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])));
+    let path = if depth_first {
+        checker.spawn_dfs().join().discovery(property)
+    } else {
+        checker.spawn_bfs().join().discovery(property)
+    };
+    let path =
+        path.unwrap_or_else(|| panic!("the checker found no counterexample to `{property}`"));
     let trace = format!("{:?}", path.into_actions());
     eprintln!("{property}: {trace}");
     trace
@@ -169,13 +170,10 @@ fn a_grant_without_the_waiters_mark_strands_the_next_in_line() {
     break_it(model, "a release hands the key to a waiter in line");
 }
 
-#[test]
-fn a_refresh_that_retakes_an_expired_permit_exceeds_the_permits() {
-    let model = Shares {
-        mutations: SharesMutations {
-            refresh_retakes: true,
-            ..SharesMutations::default()
-        },
+/// One permit, two clients, horizon 4.
+fn one_permit(mutations: SharesMutations) -> Shares {
+    Shares {
+        mutations,
         ..Shares::new(
             SharesKind::Permits(1),
             2,
@@ -184,7 +182,15 @@ fn a_refresh_that_retakes_an_expired_permit_exceeds_the_permits() {
                 ..Timing::default()
             },
         )
-    };
+    }
+}
+
+#[test]
+fn a_refresh_that_retakes_an_expired_permit_exceeds_the_permits() {
+    let model = one_permit(SharesMutations {
+        refresh_retakes: true,
+        ..SharesMutations::default()
+    });
     break_it(model, "the server keeps no more shares than allowed");
 }
 
@@ -310,21 +316,10 @@ fn a_clock_slower_than_the_drift_margin_believes_in_a_key_that_is_gone() {
 
 #[test]
 fn a_refresh_that_retakes_an_expired_permit_confirms_a_lapsed_share() {
-    let model = Shares {
-        attempts: 2,
-        mutations: SharesMutations {
-            refresh_retakes: true,
-            ..SharesMutations::default()
-        },
-        ..Shares::new(
-            SharesKind::Permits(1),
-            2,
-            Timing {
-                horizon: 4,
-                ..Timing::default()
-            },
-        )
-    };
+    let model = one_permit(SharesMutations {
+        refresh_retakes: true,
+        ..SharesMutations::default()
+    });
     break_it(model, "no lapsed share is confirmed");
 }
 
@@ -332,18 +327,10 @@ fn a_refresh_that_retakes_an_expired_permit_confirms_a_lapsed_share() {
 fn a_share_counted_from_its_reply_outlives_the_server() {
     let model = Shares {
         attempts: 1,
-        mutations: SharesMutations {
+        ..one_permit(SharesMutations {
             lease_from_reply: true,
             ..SharesMutations::default()
-        },
-        ..Shares::new(
-            SharesKind::Permits(1),
-            2,
-            Timing {
-                horizon: 4,
-                ..Timing::default()
-            },
-        )
+        })
     };
     break_it(model, "a holder's share is on the server");
 }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use lockmacro_runtime::{
-    LockError, Locker, ObtainOptions, RedisBackend, RedisConfig, RetryStrategy,
+    Lock, LockError, Locker, ObtainOptions, RedisBackend, RedisConfig, RetryStrategy,
 };
 use tokio::time::Instant;
 
@@ -27,13 +27,19 @@ async fn locker(server: &RedisServer, url: &str) -> Locker {
     Locker::new(server.expect_ok(RedisBackend::connect_with(url, config).await, "connect"))
 }
 
-/// Waits for `job` as long as the test may take: it frees up once the
-/// refresh to `SHORT` was run, or at the 30 s ttl.
-async fn next_holder(server: &RedisServer, next: &Locker) -> (lockmacro_runtime::Lock, Instant) {
+/// Has `next` wait for `job` (it frees up once the refresh to `SHORT` was
+/// run), and asserts that `first`'s deadline had passed by the moment
+/// `next` was told `Ok`.
+async fn ended_before_the_next_holder(server: &RedisServer, next: &Locker, first: &Lock) {
     let wait = ObtainOptions::new()
         .retry(RetryStrategy::linear(Duration::from_millis(20)).deadline(Duration::from_secs(10)));
-    let lock = server.expect_ok(next.obtain("job", TTL, wait).await, "the next holder");
-    (lock, Instant::now())
+    let _held = server.expect_ok(next.obtain("job", TTL, wait).await, "the next holder");
+    let obtained = Instant::now();
+    assert!(
+        first.deadline() <= obtained,
+        "the first holder still trusts its lease {:?} after the next one obtained it",
+        first.deadline() - obtained
+    );
 }
 
 fn unanswered(result: Result<(), LockError>) {
@@ -71,12 +77,7 @@ async fn a_shorter_refresh_unanswered_by_a_frozen_server_ends_the_old_deadline(p
         sent.elapsed(),
         lock.deadline().saturating_duration_since(Instant::now())
     );
-    let (_, obtained) = next_holder(&server, &next).await;
-    assert!(
-        lock.deadline() <= obtained,
-        "the first holder still trusts its lease {:?} after the next one obtained it",
-        lock.deadline() - obtained
-    );
+    ended_before_the_next_holder(&server, &next, &lock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,12 +106,7 @@ async fn a_shorter_refresh_whose_reply_is_lost_ends_the_old_deadline() {
         "after a refresh to {SHORT:?} whose reply was lost, the deadline is {:?} away",
         lock.deadline().saturating_duration_since(Instant::now())
     );
-    let (_, obtained) = next_holder(&server, &next).await;
-    assert!(
-        lock.deadline() <= obtained,
-        "the first holder still trusts its lease {:?} after the next one obtained it",
-        lock.deadline() - obtained
-    );
+    ended_before_the_next_holder(&server, &next, &lock).await;
 }
 
 /// A refresh to a longer ttl that goes unanswered leaves the lease as it

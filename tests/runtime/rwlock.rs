@@ -69,26 +69,31 @@ pub async fn readers_share_the_key_and_the_writer_is_alone(fx: &Fixture) {
     fx.check(again.release().await, "release");
 }
 
+/// Whether `c`'s reads of `catalog` come to be refused: once a writer has
+/// found the readers, later readers wait behind it. A read that gets in
+/// first is given back, and the next tried 10 ms later, 500 times at most.
+async fn readers_held_back(fx: &Fixture, c: &Locker) -> bool {
+    for _ in 0..500 {
+        match c.obtain("catalog", LONG, read()).await {
+            Ok(late) => fx.check(late.release().await, "release"),
+            Err(err) if err.is_not_obtained() => return true,
+            Err(err) => panic!("a late read: {err:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
 /// A writer waiting for a reader holds back the readers that come after it,
 /// and gets the key as soon as the reader leaves.
 pub async fn a_waiting_writer_is_not_starved_by_new_readers(fx: &Fixture) {
     let (a, b, c) = (fx.locker().await, fx.locker().await, fx.locker().await);
     let first = fx.check(a.obtain("catalog", LONG, read()).await, "read");
     let writer = tokio::spawn(async move { b.obtain("catalog", LONG, patient(write())).await });
-    // Once the writer has found the reader, later readers wait behind it.
-    let mut held_back = false;
-    for _ in 0..500 {
-        match c.obtain("catalog", LONG, read()).await {
-            Ok(late) => fx.check(late.release().await, "release"),
-            Err(err) if err.is_not_obtained() => {
-                held_back = true;
-                break;
-            }
-            Err(err) => panic!("a late read: {err:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(held_back, "readers kept getting in beside a waiting writer");
+    assert!(
+        readers_held_back(fx, &c).await,
+        "readers kept getting in beside a waiting writer"
+    );
     fx.check(first.release().await, "release the first read");
     let written = tokio::time::timeout(PROMPTLY, writer)
         .await
@@ -116,20 +121,10 @@ pub async fn a_waiting_writers_mark_outlives_the_last_readers_release(fx: &Fixtu
             let b = b.clone();
             tokio::spawn(async move { b.obtain("catalog", LONG, patient(write())).await })
         };
-        // Once the writer has found the reader, later readers wait behind it.
-        let mut marked = false;
-        for _ in 0..500 {
-            match c.obtain("catalog", LONG, read()).await {
-                Ok(late) => fx.check(late.release().await, "release"),
-                Err(err) if err.is_not_obtained() => {
-                    marked = true;
-                    break;
-                }
-                Err(err) => panic!("a late read: {err:?}"),
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(marked, "round {round}: the writer never held readers back");
+        assert!(
+            readers_held_back(fx, &c).await,
+            "round {round}: the writer never held readers back"
+        );
         fx.check(first.release().await, "release the last read");
         let late = c.obtain("catalog", LONG, read()).await;
         let late_got_in = late.is_ok();
