@@ -16,7 +16,7 @@
 
 use stateright::{Model, Property};
 
-use crate::steps::Steps;
+use crate::steps::{self, Steps};
 
 use crate::time::Timing;
 
@@ -309,19 +309,11 @@ impl Model for Fences {
 
     fn actions(&self, s: &FencesState, actions: &mut Vec<FencesAction>) {
         self.offer(s, actions);
-        if let Some(steps) = &self.steps {
-            steps.offered(actions);
-        }
+        steps::offered(self.steps.as_ref(), actions);
     }
 
     fn next_state(&self, last: &FencesState, action: FencesAction) -> Option<FencesState> {
-        let next = self.step(last, action);
-        if let Some(steps) = &self.steps
-            && next.is_some()
-        {
-            steps.taken(&action);
-        }
-        next
+        steps::taken(self.steps.as_ref(), &action, self.step(last, action))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -12,7 +12,7 @@
 
 use stateright::{Model, Property};
 
-use crate::steps::Steps;
+use crate::steps::{self, Steps};
 
 use crate::time::Timing;
 
@@ -371,19 +371,11 @@ impl Model for Shares {
 
     fn actions(&self, s: &SharesState, actions: &mut Vec<SharesAction>) {
         self.offer(s, actions);
-        if let Some(steps) = &self.steps {
-            steps.offered(actions);
-        }
+        steps::offered(self.steps.as_ref(), actions);
     }
 
     fn next_state(&self, last: &SharesState, action: SharesAction) -> Option<SharesState> {
-        let next = self.step(last, action);
-        if let Some(steps) = &self.steps
-            && next.is_some()
-        {
-            steps.taken(&action);
-        }
-        next
+        steps::taken(self.steps.as_ref(), &action, self.step(last, action))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

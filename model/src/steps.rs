@@ -79,6 +79,24 @@ impl Steps {
     }
 }
 
+/// Counts `actions` as offered, when the model was given [`Steps`].
+pub(crate) fn offered<A: Debug>(steps: Option<&Steps>, actions: &[A]) {
+    if let Some(steps) = steps {
+        steps.offered(actions);
+    }
+}
+
+/// Counts `action` as taken when it led somewhere (`next`), and the model
+/// was given [`Steps`]; returns `next`.
+pub(crate) fn taken<A: Debug, S>(steps: Option<&Steps>, action: &A, next: Option<S>) -> Option<S> {
+    if let Some(steps) = steps
+        && next.is_some()
+    {
+        steps.taken(action);
+    }
+    next
+}
+
 /// An action's kind: its `Debug` form without the client numbers.
 fn kind<A: Debug>(action: &A) -> String {
     let full = format!("{action:?}");

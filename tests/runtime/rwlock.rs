@@ -84,6 +84,20 @@ async fn readers_held_back(fx: &Fixture, c: &Locker) -> bool {
     false
 }
 
+/// Waits for the `writer` woken by the last reader's release, and gives its
+/// write back.
+async fn written_once_woken(
+    fx: &Fixture,
+    writer: tokio::task::JoinHandle<Result<lockmacro_runtime::Lock, LockError>>,
+) {
+    let written = tokio::time::timeout(PROMPTLY, writer)
+        .await
+        .expect("the writer was not woken when the reader left")
+        .expect("writer task");
+    let written = fx.check(written, "the write");
+    fx.check(written.release().await, "release the write");
+}
+
 /// A writer waiting for a reader holds back the readers that come after it,
 /// and gets the key as soon as the reader leaves.
 pub async fn a_waiting_writer_is_not_starved_by_new_readers(fx: &Fixture) {
@@ -95,12 +109,7 @@ pub async fn a_waiting_writer_is_not_starved_by_new_readers(fx: &Fixture) {
         "readers kept getting in beside a waiting writer"
     );
     fx.check(first.release().await, "release the first read");
-    let written = tokio::time::timeout(PROMPTLY, writer)
-        .await
-        .expect("the writer was not woken when the reader left")
-        .expect("writer task");
-    let written = fx.check(written, "the write");
-    fx.check(written.release().await, "release the write");
+    written_once_woken(fx, writer).await;
     let late = fx.check(
         c.obtain("catalog", LONG, read()).await,
         "a read after the write",
@@ -131,12 +140,7 @@ pub async fn a_waiting_writers_mark_outlives_the_last_readers_release(fx: &Fixtu
         if let Ok(late) = late {
             fx.check(late.release().await, "release the late read");
         }
-        let written = tokio::time::timeout(PROMPTLY, writer)
-            .await
-            .expect("the writer was not woken when the reader left")
-            .expect("writer task");
-        let written = fx.check(written, "the write");
-        fx.check(written.release().await, "release the write");
+        written_once_woken(fx, writer).await;
         assert!(
             !late_got_in,
             "round {round}: a reader got in past the waiting writer as the last read was given back"

@@ -15,7 +15,7 @@
 
 use stateright::{Model, Property};
 
-use crate::steps::Steps;
+use crate::steps::{self, Steps};
 
 use crate::time::Timing;
 
@@ -401,19 +401,11 @@ impl Model for Kinds {
 
     fn actions(&self, s: &KindsState, actions: &mut Vec<KindsAction>) {
         self.offer(s, actions);
-        if let Some(steps) = &self.steps {
-            steps.offered(actions);
-        }
+        steps::offered(self.steps.as_ref(), actions);
     }
 
     fn next_state(&self, last: &KindsState, action: KindsAction) -> Option<KindsState> {
-        let next = self.step(last, action);
-        if let Some(steps) = &self.steps
-            && next.is_some()
-        {
-            steps.taken(&action);
-        }
-        next
+        steps::taken(self.steps.as_ref(), &action, self.step(last, action))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

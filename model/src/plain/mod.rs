@@ -17,7 +17,7 @@
 
 use stateright::{Model, Property};
 
-use crate::steps::Steps;
+use crate::steps::{self, Steps};
 
 use crate::time::Timing;
 
@@ -413,19 +413,11 @@ impl Model for Plain {
 
     fn actions(&self, s: &PlainState, actions: &mut Vec<PlainAction>) {
         self.offer(s, actions);
-        if let Some(steps) = &self.steps {
-            steps.offered(actions);
-        }
+        steps::offered(self.steps.as_ref(), actions);
     }
 
     fn next_state(&self, last: &PlainState, action: PlainAction) -> Option<PlainState> {
-        let next = self.step(last, action);
-        if let Some(steps) = &self.steps
-            && next.is_some()
-        {
-            steps.taken(&action);
-        }
-        next
+        steps::taken(self.steps.as_ref(), &action, self.step(last, action))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
