@@ -73,6 +73,11 @@ pub struct Args {
     /// S1 concurrent: cycles per task and run.
     #[arg(long, default_value_t = 200)]
     task_cycles: usize,
+    /// PostgreSQL with durable commits (`fsync=on`, as on a default
+    /// server) instead of the test kit's `fsync=off`, which measures CPU
+    /// rather than the disk.
+    #[arg(long)]
+    pg_durable: bool,
     /// Runs per variant, interleaved, for S1 and S2; the tables print the median.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     runs: u16,
@@ -218,7 +223,16 @@ impl Servers {
         };
         #[cfg(feature = "postgres")]
         let postgres = (args.wants(Scenario::Postgres) && lockmacro_testkit::postgres::available())
-            .then(|| std::sync::Arc::new(lockmacro_testkit::postgres::PostgresServer::start()));
+            .then(|| {
+                let durable: &[&str] = if args.pg_durable {
+                    &["fsync=on", "full_page_writes=on"]
+                } else {
+                    &[]
+                };
+                std::sync::Arc::new(lockmacro_testkit::postgres::PostgresServer::start_with(
+                    durable,
+                ))
+            });
         Servers {
             single: RedisServer::start(),
             masters,

@@ -6,7 +6,13 @@
 //! connection, once as prepared statements (sqlx's cache: parse once, then
 //! bind and execute) and once as simple queries (the value written into the
 //! text, as the runtime sends its statements). It keeps nothing: the lock
-//! lives in the session, and dies with it.
+//! lives in the session, and dies with it. sqlx's own `PgAdvisoryLock`
+//! is the same lock through its API.
+//!
+//! Between the floor and the runtime: a minimal lease table, what a lock
+//! that outlives its session needs at the least, one upsert that takes a
+//! free or expired row and one delete by token, prepared and as simple
+//! queries (what works through PgBouncer in transaction mode).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -40,6 +46,16 @@ pub enum Variant {
     FloorPrepared,
     /// The same as simple queries.
     FloorSimple,
+    /// sqlx's `PgAdvisoryLock`: `try_acquire` and `release_now`.
+    SqlxAdvisory,
+    /// The minimal lease table, prepared.
+    LeasePrepared,
+    /// The same as simple queries.
+    LeaseSimple,
+    /// The same, each statement on a connection of its own from a pool,
+    /// as sqlx's `fetch_all(&pool)` does: what the pool's tests of the
+    /// connections it hands out and takes back cost.
+    LeasePerStatement,
     /// `Locker::obtain` + `Lock::release` on PostgreSQL.
     Runtime,
     /// `#[distributed_lock]` on PostgreSQL.
@@ -53,11 +69,30 @@ struct Clients {
     /// One connection (sequential) or [`POOL`] (tasks); a cycle keeps its
     /// connection from the lock to the unlock, which a session lock needs.
     floor: PgPool,
+    /// A pool of [`POOL`] connections, with sqlx's default tests.
+    pooled: PgPool,
     locker: Locker,
     redis: Locker,
     server: Arc<PostgresServer>,
     redis_pid: u32,
 }
+
+/// The minimal lease table's take: a free or expired row becomes the
+/// caller's, on the server's clock.
+const LEASE_TAKE: &str = "INSERT INTO bench_leases AS l (key, token, expires_at) \
+    VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond') \
+    ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at \
+    WHERE l.expires_at < clock_timestamp() RETURNING l.token";
+
+/// Its release: a delete by token.
+const LEASE_GIVE: &str = "DELETE FROM bench_leases WHERE key = $1 AND token = $2";
+
+const LEASE_TABLE: &str = "CREATE TABLE bench_leases \
+    (key text PRIMARY KEY, token text NOT NULL, expires_at timestamptz NOT NULL)";
+
+const LEASE_TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+const TTL_MS: i64 = TTL.as_millis() as i64;
 
 /// The advisory lock's number for `key`.
 fn lock_id(key: &str) -> i64 {
@@ -73,6 +108,10 @@ impl Cycles for Clients {
         match variant {
             Variant::FloorPrepared => "floor: advisory lock, prepared",
             Variant::FloorSimple => "floor: advisory lock, simple",
+            Variant::SqlxAdvisory => "sqlx PgAdvisoryLock",
+            Variant::LeasePrepared => "lease table, prepared",
+            Variant::LeaseSimple => "lease table, simple",
+            Variant::LeasePerStatement => "lease table, simple, pooled",
             Variant::Runtime => "runtime obtain+release",
             Variant::Attribute => "attribute",
             Variant::Redis => "Redis: runtime obtain+release",
@@ -121,6 +160,67 @@ impl Cycles for Clients {
                         .fetch_one(&mut *conn)
                         .await?;
                 }
+                Variant::SqlxAdvisory => {
+                    let lock = sqlx::postgres::PgAdvisoryLock::with_key(
+                        sqlx::postgres::PgAdvisoryLockKey::BigInt(id),
+                    );
+                    let conn = self.floor.acquire().await?;
+                    let guard = match lock.try_acquire(conn).await? {
+                        sqlx::Either::Left(guard) => guard,
+                        sqlx::Either::Right(_) => panic!("the floor's key was taken"),
+                    };
+                    guard.release_now().await?;
+                }
+                Variant::LeasePrepared => {
+                    let mut conn = self.floor.acquire().await?;
+                    let taken = sqlx::query(LEASE_TAKE)
+                        .bind(key)
+                        .bind(LEASE_TOKEN)
+                        .bind(TTL_MS)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    assert!(taken.is_some(), "the lease table's key was taken");
+                    sqlx::query(LEASE_GIVE)
+                        .bind(key)
+                        .bind(LEASE_TOKEN)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Variant::LeaseSimple => {
+                    let mut conn = self.floor.acquire().await?;
+                    let quoted = key.replace('\'', "''");
+                    let take = LEASE_TAKE
+                        .replace("$1", &format!("'{quoted}'"))
+                        .replace("$2", &format!("'{LEASE_TOKEN}'"))
+                        .replace("$3", &TTL_MS.to_string());
+                    let taken = sqlx::raw_sql(AssertSqlSafe(take))
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    assert!(taken.is_some(), "the lease table's key was taken");
+                    let give = LEASE_GIVE
+                        .replace("$1", &format!("'{quoted}'"))
+                        .replace("$2", &format!("'{LEASE_TOKEN}'"));
+                    sqlx::raw_sql(AssertSqlSafe(give))
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Variant::LeasePerStatement => {
+                    let quoted = key.replace('\'', "''");
+                    let take = LEASE_TAKE
+                        .replace("$1", &format!("'{quoted}'"))
+                        .replace("$2", &format!("'{LEASE_TOKEN}'"))
+                        .replace("$3", &TTL_MS.to_string());
+                    let taken = sqlx::raw_sql(AssertSqlSafe(take))
+                        .fetch_optional(&self.pooled)
+                        .await?;
+                    assert!(taken.is_some(), "the lease table's key was taken");
+                    let give = LEASE_GIVE
+                        .replace("$1", &format!("'{quoted}'"))
+                        .replace("$2", &format!("'{LEASE_TOKEN}'"));
+                    sqlx::raw_sql(AssertSqlSafe(give))
+                        .execute(&self.pooled)
+                        .await?;
+                }
                 Variant::Runtime | Variant::Redis => {
                     let locker = match variant {
                         Variant::Runtime => &self.locker,
@@ -151,8 +251,12 @@ pub async fn postgres(args: &Args, servers: &Servers, view: View) -> Result<(), 
             .max_connections(connections)
             .connect(&url)
     };
+    sqlx::raw_sql(LEASE_TABLE)
+        .execute(&connect(1).await?)
+        .await?;
     let mut clients = Clients {
         floor: connect(1).await?,
+        pooled: connect(POOL).await?,
         locker: Locker::postgres(&url).await?,
         redis: Locker::connect(&servers.single.url()).await?,
         server: server.clone(),
@@ -162,6 +266,10 @@ pub async fn postgres(args: &Args, servers: &Servers, view: View) -> Result<(), 
     let variants = [
         Variant::FloorPrepared,
         Variant::FloorSimple,
+        Variant::SqlxAdvisory,
+        Variant::LeasePrepared,
+        Variant::LeaseSimple,
+        Variant::LeasePerStatement,
         Variant::Runtime,
         Variant::Attribute,
         Variant::Redis,
@@ -181,6 +289,8 @@ pub async fn postgres(args: &Args, servers: &Servers, view: View) -> Result<(), 
     clients.floor = connect(POOL).await?;
     let variants = [
         Variant::FloorPrepared,
+        Variant::LeasePrepared,
+        Variant::LeaseSimple,
         Variant::Runtime,
         Variant::Attribute,
         Variant::Redis,

@@ -242,7 +242,7 @@ impl Fixture {
 
     /// `key` as the fixture's lockers store it: after the test's namespace,
     /// as [`Locker::wire_key`] writes it.
-    fn wire_key(&self, key: &str) -> String {
+    pub fn wire_key(&self, key: &str) -> String {
         if self.namespace.is_empty() {
             key.to_owned()
         } else {

@@ -124,6 +124,14 @@ impl PostgresServer {
     /// A fresh server, ready for connections.
     #[track_caller]
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A fresh server with `settings` (`name=value`) over the kit's own:
+    /// `["fsync=on", "full_page_writes=on"]` for one whose commits are
+    /// durable, as on a default server.
+    #[track_caller]
+    pub fn start_with(settings: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockmacro-postgres-")
             .tempdir()
@@ -156,7 +164,10 @@ impl PostgresServer {
             port: 0,
             process: Mutex::new(None),
             dir,
-            settings: Vec::new(),
+            settings: settings
+                .iter()
+                .map(|setting| (*setting).to_owned())
+                .collect(),
         };
         if !status.success() {
             server.fail(format_args!("initdb failed: {status}"));

@@ -1,4 +1,5 @@
-//! The mark a Redis waiter appends to the value of the lock it waits for:
+//! The mark a waiter leaves on the lock it waits for (on Redis, appended to
+//! the value; on PostgreSQL, the row's `waited`):
 //! the holder's release then looks for waiters and wakes them; a release of
 //! an unmarked value does not. The mark is the server's business: an
 //! attempt retried after its reply was lost still knows the value as its
@@ -216,4 +217,79 @@ async fn a_retry_after_a_waiter_marked_the_value_is_taken_as_the_same_attempt() 
         }
         assert!(server.expect_ok(backend.release(&keys, &mine[..32]).await, "release"));
     }
+}
+
+/// On PostgreSQL the mark is the lock row's `waited`, set by a waiter that
+/// listens for releases: the holder's release then notifies, and the
+/// waiter obtains long before the holder's lease would have ended. A
+/// release nobody waited for notifies nobody: a notification sent after
+/// it, on the same channel, is the first one a listener hears
+/// (PostgreSQL delivers notifications in the order their transactions
+/// commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_only_a_marked_holder_s_release_notifies() {
+    use sqlx::postgres::PgListener;
+
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().expect("a PostgreSQL fixture");
+    let waited = |key: String| async move {
+        db.column(&format!(
+            "SELECT waited::text FROM lockmacro_locks WHERE key = {}",
+            lockmacro_testkit::pgdb::quote(&key)
+        ))
+        .await
+        .first()
+        .cloned()
+        .flatten()
+    };
+    let (holder, waiter) = (fx.locker().await, fx.locker().await);
+    let mut heard = PgListener::connect(&db.url()).await.unwrap();
+    heard.listen("lockmacro_release").await.unwrap();
+
+    let quiet = fx.check(
+        holder.obtain("quiet", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    assert_eq!(waited(fx.wire_key("quiet")).await.as_deref(), Some("false"));
+    fx.check(quiet.release().await, "release");
+    db.execute("SELECT pg_notify('lockmacro_release', 'after the quiet release')")
+        .await;
+    let first = tokio::time::timeout(PROMPTLY, heard.recv())
+        .await
+        .expect("no notification")
+        .unwrap();
+    assert_eq!(
+        first.payload(),
+        "after the quiet release",
+        "a release nobody waited for notified"
+    );
+
+    let held = fx.check(
+        holder.obtain("job", TTL, ObtainOptions::new()).await,
+        "obtain",
+    );
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.obtain("job", TTL, patient()).await })
+    };
+    let mut marked = false;
+    for _ in 0..500 {
+        if waited(fx.wire_key("job")).await.as_deref() == Some("true") {
+            marked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(marked, "no waiter marked `job`");
+    fx.check(held.release().await, "release");
+    let next = tokio::time::timeout(PROMPTLY, heard.recv())
+        .await
+        .expect("the marked release notified nobody")
+        .unwrap();
+    assert_eq!(next.payload(), fx.wire_key("job"));
+    let lock = tokio::time::timeout(PROMPTLY, waiting)
+        .await
+        .expect("the release of a marked lock did not wake the waiter")
+        .expect("the waiter task");
+    fx.check(fx.check(lock, "the waiter").release().await, "release");
 }

@@ -19,6 +19,10 @@ CREATE TABLE IF NOT EXISTS lockmacro_locks (
     value      text        NOT NULL,
     expires_at timestamptz NOT NULL
 );
+-- Whether a waiter listens for this lease's release (added in schema
+-- version 6): a release notifies only then, so that a lock nobody waits
+-- for costs no notification.
+ALTER TABLE lockmacro_locks ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false;
 
 -- Fencing counters, one per fence key: advanced in the transaction that
 -- takes the lock, never reset, so tokens never go backwards.
@@ -124,9 +128,11 @@ $$;
 -- Takes every key of `lock_keys` (sorted) for `ttl_ms`, or none of them.
 -- Returns one row: `busy` (the index of a key held by someone else or with
 -- fair waiters queued, NULL when taken), the milliseconds left of what
--- holds it, and the fencing token.
+-- holds it, and the fencing token. A busy answer to a caller that listens
+-- for releases (`waiting`) marks the lease in its way, whose release then
+-- notifies.
 CREATE OR REPLACE FUNCTION lockmacro_acquire(
-    lock_keys text[], lock_value text, ttl_ms bigint, fence_key text
+    lock_keys text[], lock_value text, ttl_ms bigint, fence_key text, waiting boolean
 ) RETURNS TABLE (busy integer, left_ms bigint, fence bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -157,6 +163,10 @@ BEGIN
             FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
         IF FOUND THEN
             IF held.value <> lock_value THEN
+                IF waiting THEN
+                    UPDATE lockmacro_locks l SET waited = true
+                        WHERE l.key = lock_key AND NOT l.waited;
+                END IF;
                 RETURN QUERY SELECT idx, lockmacro_ms(held.expires_at - now_), NULL::bigint;
                 RETURN;
             END IF;
@@ -177,9 +187,85 @@ BEGIN
         SELECT k, left(lock_value, 32), lock_value, now_ + ttl_ms * interval '1 millisecond'
         FROM unnest(lock_keys) AS k
         ON CONFLICT (key) DO UPDATE
-            SET token = excluded.token, value = excluded.value, expires_at = excluded.expires_at;
+            SET token = excluded.token, value = excluded.value, expires_at = excluded.expires_at,
+                waited = l.waited AND l.expires_at > now_;
     RETURN QUERY SELECT NULL::integer, NULL::bigint,
         lockmacro_fence(fence_key, ours = cardinality(lock_keys));
+END
+$$;
+
+-- What clients of schema version 5 and older call: they listen whenever
+-- they wait, and their releases always notify.
+CREATE OR REPLACE FUNCTION lockmacro_acquire(
+    lock_keys text[], lock_value text, ttl_ms bigint, fence_key text
+) RETURNS TABLE (busy integer, left_ms bigint, fence bigint)
+LANGUAGE sql AS $$
+    SELECT * FROM lockmacro_acquire(lock_keys, lock_value, ttl_ms, fence_key, true)
+$$;
+
+-- Takes one key as a plain lock for `ttl_ms`: the obtain most calls make,
+-- and so the cheapest. One insert does the work, its checks those of
+-- `lockmacro_acquire` (a live lease of another token, shares, fair
+-- waiters, a given-back token, a transaction-scoped lock) in its `WHERE`;
+-- only a busy answer looks again to say what is in the way. Returns what
+-- `lockmacro_acquire_shared` does.
+CREATE OR REPLACE FUNCTION lockmacro_take(
+    lock_key text, lock_value text, ttl_ms bigint, fence_key text, waiting boolean
+) RETURNS TABLE (busy integer, left_ms bigint, fence bigint, holder text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ timestamptz;
+    held record;
+    queued timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(1819239275, hashtext(lock_key));
+    now_ := clock_timestamp();
+    INSERT INTO lockmacro_locks AS l (key, token, value, expires_at)
+        SELECT lock_key, left(lock_value, 32), lock_value,
+            now_ + ttl_ms * interval '1 millisecond'
+        WHERE NOT EXISTS (SELECT 1 FROM lockmacro_shares s
+                WHERE s.key = lock_key AND s.expires_at > now_)
+            AND NOT EXISTS (SELECT 1 FROM lockmacro_queue q
+                WHERE q.key = lock_key AND q.expires_at > now_)
+            AND NOT EXISTS (SELECT 1 FROM lockmacro_given_back g
+                WHERE g.token = left(lock_value, 32) AND g.expires_at > now_)
+            AND pg_try_advisory_xact_lock_shared(1819239276, hashtext(lock_key))
+        ON CONFLICT (key) DO UPDATE
+            SET token = excluded.token, value = excluded.value, expires_at = excluded.expires_at,
+                waited = l.waited AND l.expires_at > now_
+            WHERE l.expires_at <= now_ OR l.value = excluded.value;
+    IF FOUND THEN
+        RETURN QUERY SELECT NULL::integer, NULL::bigint, lockmacro_fence(fence_key, false),
+            NULL::text;
+        RETURN;
+    END IF;
+    IF lockmacro_was_given_back(lock_value, now_)
+        OR lockmacro_in_transaction(ARRAY[lock_key]) IS NOT NULL THEN
+        RETURN QUERY SELECT 0, NULL::bigint, NULL::bigint, NULL::text;
+        RETURN;
+    END IF;
+    PERFORM lockmacro_check_kind(lock_key, 0, -1, now_);
+    SELECT l.value, l.expires_at, l.waited, substr(l.value, 33) AS metadata INTO held
+        FROM lockmacro_locks l WHERE l.key = lock_key AND l.expires_at > now_;
+    IF FOUND AND held.value = lock_value THEN
+        -- A retry whose first attempt went through, since when fair waiters
+        -- may have queued: the key is still this caller's.
+        UPDATE lockmacro_locks l SET expires_at = now_ + ttl_ms * interval '1 millisecond'
+            WHERE l.key = lock_key;
+        RETURN QUERY SELECT NULL::integer, NULL::bigint, lockmacro_fence(fence_key, true),
+            NULL::text;
+        RETURN;
+    END IF;
+    IF FOUND THEN
+        IF waiting AND NOT held.waited THEN
+            UPDATE lockmacro_locks l SET waited = true WHERE l.key = lock_key;
+        END IF;
+        RETURN QUERY SELECT 0, lockmacro_ms(held.expires_at - now_), NULL::bigint, held.metadata;
+        RETURN;
+    END IF;
+    SELECT min(q.expires_at) INTO queued
+        FROM lockmacro_queue q WHERE q.key = lock_key AND q.expires_at > now_;
+    RETURN QUERY SELECT 0, lockmacro_ms(queued - now_), NULL::bigint, NULL::text;
 END
 $$;
 
@@ -217,10 +303,13 @@ BEGIN
         FROM lockmacro_queue q WHERE q.key = lock_key ORDER BY q.seq LIMIT 1;
     IF held IS NULL AND (head IS NULL OR head.token = waiter) THEN
         DELETE FROM lockmacro_queue q WHERE q.key = lock_key AND q.token = waiter;
-        INSERT INTO lockmacro_locks AS l (key, token, value, expires_at)
-            VALUES (lock_key, waiter, lock_value, now_ + ttl_ms * interval '1 millisecond')
+        -- Marked as waited for: the release of a lock taken in turn
+        -- wakes whoever came after.
+        INSERT INTO lockmacro_locks AS l (key, token, value, expires_at, waited)
+            VALUES (lock_key, waiter, lock_value, now_ + ttl_ms * interval '1 millisecond', true)
             ON CONFLICT (key) DO UPDATE
-                SET token = excluded.token, value = excluded.value, expires_at = excluded.expires_at;
+                SET token = excluded.token, value = excluded.value,
+                    expires_at = excluded.expires_at, waited = true;
         RETURN QUERY SELECT NULL::integer, NULL::bigint, lockmacro_fence(fence_key, false);
         RETURN;
     END IF;
@@ -228,6 +317,9 @@ BEGIN
         INSERT INTO lockmacro_queue (key, token, expires_at)
             VALUES (lock_key, waiter, now_ + wait_ms * interval '1 millisecond')
             ON CONFLICT (key, token) DO NOTHING;
+    END IF;
+    IF held IS NOT NULL THEN
+        UPDATE lockmacro_locks l SET waited = true WHERE l.key = lock_key AND NOT l.waited;
     END IF;
     RETURN QUERY SELECT 0, lockmacro_ms(coalesce(held.expires_at, head.expires_at) - now_),
         NULL::bigint;
@@ -314,6 +406,29 @@ BEGIN
             ON CONFLICT (token) DO UPDATE SET expires_at = excluded.expires_at;
     END IF;
     RETURN live = cardinality(lock_keys);
+END
+$$;
+
+-- Releases one key `owner` holds as a lock: a delete by token, and a
+-- notification when a waiter listens. Anything else (shares, a place in a
+-- queue, a token that holds nothing) goes to `lockmacro_release`, which
+-- also waits for an acquire of the key in progress: this delete does not,
+-- since a row it finds is committed, and one it misses is looked for
+-- again there.
+CREATE OR REPLACE FUNCTION lockmacro_give(lock_key text, owner text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    gone record;
+BEGIN
+    DELETE FROM lockmacro_locks l WHERE l.key = lock_key AND l.token = owner
+        RETURNING l.expires_at > clock_timestamp() AS alive, l.waited INTO gone;
+    IF NOT FOUND THEN
+        RETURN lockmacro_release(ARRAY[lock_key], owner);
+    END IF;
+    IF gone.waited THEN
+        PERFORM pg_notify('lockmacro_release', lock_key);
+    END IF;
+    RETURN gone.alive;
 END
 $$;
 
@@ -677,7 +792,9 @@ $$;
 -- when it adds something. 1: leases; 2 was either shares (permits,
 -- read-write locks) or the fence sequence and transaction-scoped locks;
 -- 3: both; 4: the same tables, with functions that cost the server less;
--- 5: a retried acquire is minted a fencing token of its own.
+-- 5: a retried acquire is minted a fencing token of its own; 6: a plain
+-- lock in one insert (`lockmacro_take`, `lockmacro_give`), and a release
+-- notifies only when a waiter listens.
 -- Every statement above runs over any of them.
 CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 5 $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT 6 $$;

@@ -6,6 +6,7 @@
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
+use super::errors::Doing;
 use super::sql::{millis, text, text_or_null, texts};
 use super::{PostgresBackend, kinds};
 use crate::LockError;
@@ -17,7 +18,7 @@ impl PostgresBackend {
         &self,
         req: &AcquireRequest<'_>,
     ) -> Result<Acquired, LockError> {
-        let what = format!("obtain `{}`", req.keys.join("`, `"));
+        let what = Doing("obtain", req.keys);
         if req.replicas > 0 {
             return Err(BackendError::new(
                 BackendErrorKind::Unsupported,
@@ -40,6 +41,7 @@ impl PostgresBackend {
         }
         let ttl = millis(req.ttl);
         let fence = text_or_null(req.fence_key);
+        let waiting = req.wait;
         let sql = match (req.queue_for, req.keys) {
             (Some(wait), [key]) => format!(
                 "SELECT busy, left_ms, fence, lockmacro_holder({key}) AS holder \
@@ -48,9 +50,15 @@ impl PostgresBackend {
                 millis(wait),
                 key = text(key),
             ),
+            (None, [key]) => format!(
+                "SELECT busy, left_ms, fence, holder \
+                 FROM lockmacro_take({}, {}, {ttl}, {fence}, {waiting})",
+                text(key),
+                text(req.value),
+            ),
             _ => format!(
                 "SELECT busy, left_ms, fence, lockmacro_holder(({keys})[busy + 1]) AS holder \
-                 FROM lockmacro_acquire({keys}, {}, {ttl}, {fence})",
+                 FROM lockmacro_acquire({keys}, {}, {ttl}, {fence}, {waiting})",
                 text(req.value),
                 keys = texts(req.keys.iter().map(String::as_str)),
             ),
@@ -67,10 +75,10 @@ impl PostgresBackend {
 /// when the function reads it) says.
 pub(super) fn acquired(
     server: &str,
-    what: &str,
+    what: &(dyn std::fmt::Display + Sync),
     row: Option<&PgRow>,
 ) -> Result<Acquired, LockError> {
-    let unexpected = |reply: &dyn std::fmt::Display| -> LockError {
+    let unexpected = |reply: &(dyn std::fmt::Display + Sync)| -> LockError {
         super::errors::unexpected(server, what, reply).into()
     };
     let row = row.ok_or_else(|| unexpected(&"no row"))?;

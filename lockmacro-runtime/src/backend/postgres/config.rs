@@ -18,8 +18,10 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct PostgresConfig {
-    /// Connections in the backend's own pool. Default 10. The listener
-    /// that wakes waiters has one more, of its own.
+    /// Connections in the backend's own pool, which the backend keeps
+    /// once opened (handing one back to sqlx's pool costs a round trip).
+    /// Default 10. The listener that wakes waiters has one more, of its
+    /// own.
     pub max_connections: u32,
     /// How long to wait for a connection (a new one, or a free one of the
     /// pool). Default 5 s.

@@ -1,6 +1,7 @@
 //! PostgreSQL and pool errors as [`BackendError`]s: what went wrong and
 //! what to do.
 
+use std::fmt::Display;
 use std::time::Duration;
 
 use crate::error::{BackendError, BackendErrorKind};
@@ -13,7 +14,11 @@ pub(super) const RUN_THE_MIGRATION: &str = "run lockmacro's migration \
     and USAGE on the sequence `lockmacro_fence_seq`";
 
 /// `err`, met while doing `what` on the server `server`.
-pub(super) fn backend_error(server: &str, what: &str, err: sqlx::Error) -> BackendError {
+pub(super) fn backend_error(
+    server: &str,
+    what: &(dyn Display + Sync),
+    err: sqlx::Error,
+) -> BackendError {
     let (kind, message) = match &err {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|code| code.into_owned()).unwrap_or_default();
@@ -58,7 +63,11 @@ pub(super) fn backend_error(server: &str, what: &str, err: sqlx::Error) -> Backe
 }
 
 /// A statement that did not answer within `limit`.
-pub(super) fn timed_out(server: &str, what: &str, limit: Duration) -> BackendError {
+pub(super) fn timed_out(
+    server: &str,
+    what: &(dyn Display + Sync),
+    limit: Duration,
+) -> BackendError {
     BackendError::new(
         BackendErrorKind::Timeout,
         format!("postgres {server}: {what}"),
@@ -67,10 +76,32 @@ pub(super) fn timed_out(server: &str, what: &str, limit: Duration) -> BackendErr
 }
 
 /// A reply whose shape the backend did not expect.
-pub(super) fn unexpected(server: &str, what: &str, reply: impl std::fmt::Display) -> BackendError {
+pub(super) fn unexpected(
+    server: &str,
+    what: &(dyn Display + Sync),
+    reply: impl Display,
+) -> BackendError {
     BackendError::new(
         BackendErrorKind::Other,
         format!("postgres {server}: {what}"),
         format!("unexpected reply: {reply}"),
     )
+}
+
+/// What an operation does to which keys, for its errors: written out only
+/// when one is made, not on every call.
+pub(super) struct Doing<'a>(pub &'static str, pub &'a [String]);
+
+impl Display for Doing<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)?;
+        for (i, key) in self.1.iter().enumerate() {
+            f.write_str(if i == 0 { " `" } else { "`, `" })?;
+            f.write_str(key)?;
+        }
+        if !self.1.is_empty() {
+            f.write_str("`")?;
+        }
+        Ok(())
+    }
 }

@@ -110,6 +110,6 @@ impl Read<'_> {
     {
         self.row
             .try_get::<Option<T>, _>(name)
-            .map_err(|err| self.backend.unexpected(self.what, err))
+            .map_err(|err| self.backend.unexpected(&self.what, err))
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! | table | row | written by |
 //! |---|---|---|
-//! | `lockmacro_locks` | key, token, value (token then metadata), `expires_at` | acquire (upsert over a free or expired row), refresh, release (delete by token) |
+//! | `lockmacro_locks` | key, token, value (token then metadata), `expires_at`, `waited` (a waiter listens for its release) | acquire (upsert over a free or expired row), refresh, release (delete by token; notifies when `waited`) |
 //! | `lockmacro_fences` | fence key, last token minted for it (from `lockmacro_fence_seq`, one sequence for every key) | acquire with a fence, in the same transaction |
 //! | `lockmacro_queue` | key, fair waiter's token, arrival `seq`, `expires_at` | a fair attempt that found the key taken; its release or give-up deletes it |
 //! | `lockmacro_given_back` | a token released while it held nothing, for a minute | release; an acquire with that token (cancelled, still on its way) is refused |
@@ -31,9 +31,14 @@
 //! Each operation is one statement calling a function of the migration
 //! ([`POSTGRES_MIGRATION`]), sent as a simple query: no session state, no
 //! prepared statement, so it works through PgBouncer in transaction mode.
+//! A plain lock of one key, the most common obtain, has functions of its
+//! own (`lockmacro_take`, `lockmacro_give`): one insert whose `WHERE` does
+//! every check, and one delete by token, which notifies only when a waiter
+//! marked the row.
 
 mod acquire;
 mod config;
+mod connections;
 mod errors;
 mod fair;
 mod inspect;
@@ -49,9 +54,12 @@ pub use self::config::PostgresConfig;
 pub use self::schema::POSTGRES_MIGRATION;
 pub(crate) use self::transaction::acquire_in;
 
+use std::fmt::Display;
+
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
+use self::connections::Kept;
 use self::errors::{backend_error, timed_out, unexpected};
 use self::listen::Releases;
 use crate::LockError;
@@ -176,6 +184,8 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// ```
 pub struct PostgresBackend {
     pool: PgPool,
+    /// Connections of `pool` kept between statements.
+    kept: Kept,
     /// `host:port`, for errors.
     server: String,
     config: PostgresConfig,
@@ -226,7 +236,8 @@ impl PostgresBackend {
         let server = format!("{}:{}", options.get_host(), options.get_port());
         let listen_pool = listen_pool(&config, &options)?;
         let pool = pool_options(&config, config.max_connections).connect_lazy_with(options);
-        Self::start(pool, listen_pool, server, config).await
+        let keep = config.max_connections as usize;
+        Self::start(pool, keep, listen_pool, server, config).await
     }
 
     /// A backend on the service's own pool, with the default
@@ -234,7 +245,10 @@ impl PostgresBackend {
     /// do). Creates the schema if it is missing. The listener that wakes
     /// waiters opens one connection of its own, with the pool's connect
     /// options, when a first waiter listens: it keeps it, and a pool of
-    /// one connection is left for the statements.
+    /// one connection is left for the statements. The backend keeps none
+    /// of the pool's connections between its statements (a backend of its
+    /// own pool does: [`connect`](Self::connect) is the faster one), so
+    /// each statement pays sqlx's test of the connection it takes back.
     ///
     /// ```no_run
     /// # async fn demo(pool: sqlx::PgPool) -> Result<(), lockmacro_runtime::LockError> {
@@ -262,17 +276,21 @@ impl PostgresBackend {
         let options = pool.connect_options();
         let server = format!("{}:{}", options.get_host(), options.get_port());
         let listen_pool = listen_pool(&config, &options)?;
-        Self::start(pool, listen_pool, server, config).await
+        // A connection kept would be one the service's own statements
+        // could not have.
+        Self::start(pool, 0, listen_pool, server, config).await
     }
 
     async fn start(
         pool: PgPool,
+        keep: usize,
         listen_pool: PgPool,
         server: String,
         config: PostgresConfig,
     ) -> Result<Self, LockError> {
         let backend = PostgresBackend {
             releases: Releases::new(listen_pool, config.connect_timeout),
+            kept: Kept::new(pool.clone(), keep, config.connect_timeout),
             pool,
             server,
             config,
@@ -281,7 +299,9 @@ impl PostgresBackend {
         Ok(backend)
     }
 
-    /// The pool the backend sends its statements through.
+    /// The pool the backend sends its statements through. A backend made
+    /// by [`connect`](Self::connect) keeps the connections it took from it
+    /// between statements: the pool counts them as in use.
     ///
     /// ```no_run
     /// # async fn demo(backend: lockmacro_runtime::PostgresBackend) {
@@ -295,16 +315,25 @@ impl PostgresBackend {
     /// Runs `sql` (one simple query) and returns its rows, within the
     /// response timeout.
     ///
-    /// A statement whose session the server ended under it (an operator's
-    /// `pg_terminate_backend`, a server shutting down) is sent once more,
-    /// on another connection: the server rolled it back, and every
-    /// statement sent here may be sent twice (an acquire that went through
-    /// is taken as its own retry, a refresh or a release by token again).
-    async fn rows(&self, what: &str, sql: String) -> Result<Vec<PgRow>, LockError> {
-        let send = || sqlx::raw_sql(AssertSqlSafe(sql.as_str())).fetch_all(&self.pool);
+    /// A statement whose session ended under it (an operator's
+    /// `pg_terminate_backend`, a server shutting down or restarted, a
+    /// connection the network dropped) is sent once more, on a connection
+    /// from the pool, which tests it first: the connections kept between
+    /// statements are not tested, so a connection found dead this way is
+    /// how a restart is noticed. Every statement sent here may be sent
+    /// twice (an acquire that went through is taken as its own retry, a
+    /// refresh or a release by token again).
+    async fn rows(
+        &self,
+        what: &(dyn Display + Sync),
+        sql: String,
+    ) -> Result<Vec<PgRow>, LockError> {
         let query = async {
-            match send().await {
-                Err(err) if session_ended(&err) => send().await,
+            match self.send(&sql).await {
+                Err(err) if session_ended(&err) => {
+                    self.kept.forget();
+                    self.send(&sql).await
+                }
                 answer => answer,
             }
         };
@@ -315,9 +344,23 @@ impl PostgresBackend {
         }
     }
 
+    /// Sends `sql` on a kept connection, kept again if it answered.
+    async fn send(&self, sql: &str) -> Result<Vec<PgRow>, sqlx::Error> {
+        let mut borrowed = self.kept.take().await?;
+        let rows = sqlx::raw_sql(AssertSqlSafe(sql))
+            .fetch_all(&mut *borrowed.conn)
+            .await;
+        match &rows {
+            Err(err) if session_ended(err) => {}
+            Ok(_) | Err(sqlx::Error::Database(_)) => self.kept.put_back(borrowed),
+            Err(_) => {}
+        }
+        rows
+    }
+
     /// Runs `sql`, a call of one of the migration's functions that answers
     /// whether it changed anything, and returns that answer.
-    async fn answer(&self, what: &str, sql: String) -> Result<bool, LockError> {
+    async fn answer(&self, what: &(dyn Display + Sync), sql: String) -> Result<bool, LockError> {
         let rows = self.rows(what, sql).await?;
         let row = rows
             .first()
@@ -326,24 +369,28 @@ impl PostgresBackend {
             .map_err(|err| self.unexpected(what, err))
     }
 
-    fn error(&self, what: &str, err: sqlx::Error) -> LockError {
+    fn error(&self, what: &(dyn Display + Sync), err: sqlx::Error) -> LockError {
         backend_error(&self.server, what, err).into()
     }
 
-    fn late(&self, what: &str) -> LockError {
+    fn late(&self, what: &(dyn Display + Sync)) -> LockError {
         timed_out(&self.server, what, self.config.response_timeout).into()
     }
 
-    fn unexpected(&self, what: &str, reply: impl std::fmt::Display) -> LockError {
+    fn unexpected(&self, what: &(dyn Display + Sync), reply: impl Display) -> LockError {
         unexpected(&self.server, what, reply).into()
     }
 }
 
-/// Whether the server ended the session that ran a statement, which it
-/// then rolled back: `admin_shutdown` or `crash_shutdown`.
+/// Whether the session that ran a statement ended under it: the server
+/// ended it (`admin_shutdown`, `crash_shutdown`: the statement was rolled
+/// back), or its connection was found closed (the statement may have run).
 fn session_ended(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(db)
-        if matches!(db.code().as_deref(), Some("57P01" | "57P02")))
+    match err {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("57P01" | "57P02")),
+        sqlx::Error::Io(_) => true,
+        _ => false,
+    }
 }
 
 fn parse(url: &str) -> Result<PgConnectOptions, LockError> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sqlx::Row;
 
 use super::PostgresBackend;
+use super::errors::Doing;
 use super::sql::{millis, numbers, text, texts};
 use crate::LockError;
 use crate::backend::{RefreshRequest, TOKEN_LEN};
@@ -115,13 +116,17 @@ impl PostgresBackend {
         if !storable(keys, token) {
             return Ok(false);
         }
-        let what = format!("release `{}`", keys.join("`, `"));
-        let sql = format!(
-            "SELECT lockmacro_release({}, {})",
-            texts(keys.iter().map(String::as_str)),
-            text(token),
-        );
-        self.answer(&what, sql).await
+        // One key, the plain lock's case, has a release of its own that
+        // costs less.
+        let sql = match keys {
+            [key] => format!("SELECT lockmacro_give({}, {})", text(key), text(token)),
+            _ => format!(
+                "SELECT lockmacro_release({}, {})",
+                texts(keys.iter().map(String::as_str)),
+                text(token),
+            ),
+        };
+        self.answer(&Doing("release", keys), sql).await
     }
 }
 

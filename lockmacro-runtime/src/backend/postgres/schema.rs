@@ -23,11 +23,12 @@ pub const POSTGRES_MIGRATION: &str =
     include_str!("../../../migrations/postgres/0001_lockmacro.sql");
 
 /// What `lockmacro_schema_version()` answers once [`POSTGRES_MIGRATION`]
-/// has run (5: a retried acquire is minted a fencing token of its own;
-/// 4: version 3's tables with functions that cost the server less; 3: shares and transaction-scoped locks; 2 was either one of them
+/// has run (6: a plain lock in one insert, and releases that notify only
+/// when a waiter listens; 5: a retried acquire is minted a fencing token of
+/// its own; 4: version 3's tables with functions that cost the server less; 3: shares and transaction-scoped locks; 2 was either one of them
 /// alone): a schema older than that is brought up to date (or, where the
 /// backend may not, named as out of date) like a missing one.
-const SCHEMA_VERSION: i32 = 5;
+const SCHEMA_VERSION: i32 = 6;
 
 /// Taken while the migration runs, so that backends starting together do
 /// not create the same functions at once (which PostgreSQL refuses with
@@ -41,13 +42,13 @@ impl PostgresBackend {
         let what = "check the schema";
         let version = match self
             .scalar(
-                what,
+                &what,
                 "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer",
             )
             .await?
         {
             Some(1) => {
-                self.scalar(what, "SELECT lockmacro_schema_version()")
+                self.scalar(&what, "SELECT lockmacro_schema_version()")
                     .await?
             }
             _ => None,
@@ -79,13 +80,17 @@ impl PostgresBackend {
         };
         match tokio::time::timeout(self.config.response_timeout, create).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(err)) => Err(self.error(what, err)),
-            Err(_) => Err(self.late(what)),
+            Ok(Err(err)) => Err(self.error(&what, err)),
+            Err(_) => Err(self.late(&what)),
         }
     }
 
     /// The one integer `sql` selects.
-    async fn scalar(&self, what: &str, sql: &str) -> Result<Option<i32>, LockError> {
+    async fn scalar(
+        &self,
+        what: &(dyn std::fmt::Display + Sync),
+        sql: &str,
+    ) -> Result<Option<i32>, LockError> {
         let rows = self.rows(what, sql.to_owned()).await?;
         Ok(rows.first().and_then(|row| sqlx::Row::try_get(row, 0).ok()))
     }
