@@ -352,6 +352,10 @@ pub enum BackendErrorKind {
     /// protocol (an HTTP server, another database on the port). Check the
     /// host and port of the URL; retrying does not help.
     Protocol,
+    /// The server refused what the connection asked for: a database that
+    /// does not exist, a startup parameter a pooler does not accept. The
+    /// message names the setting to change; retrying does not help.
+    Configuration,
     /// Any other error reported by the server or the client.
     Other,
 }
@@ -360,7 +364,8 @@ impl BackendErrorKind {
     /// True for the kinds that trying again may cure: [`Unreachable`],
     /// [`Timeout`] and [`Other`] (which covers a server failing over, still
     /// loading, or answering as a read-only replica). False for
-    /// [`Authentication`], [`Permission`], [`Tls`] and [`Unsupported`].
+    /// [`Authentication`], [`Permission`], [`Tls`], [`Unsupported`],
+    /// [`Protocol`] and [`Configuration`].
     ///
     /// [`Unreachable`]: Self::Unreachable
     /// [`Timeout`]: Self::Timeout
@@ -370,6 +375,7 @@ impl BackendErrorKind {
     /// [`Tls`]: Self::Tls
     /// [`Protocol`]: Self::Protocol
     /// [`Unsupported`]: Self::Unsupported
+    /// [`Configuration`]: Self::Configuration
     ///
     /// ```
     /// use lockmacro_runtime::BackendErrorKind;
@@ -386,7 +392,7 @@ impl BackendErrorKind {
 
     /// A short lowercase name for logs and metric labels: `unreachable`,
     /// `timeout`, `authentication`, `permission`, `tls`, `unsupported`,
-    /// `protocol`, `other`.
+    /// `protocol`, `configuration`, `other`.
     ///
     /// ```
     /// use lockmacro_runtime::BackendErrorKind;
@@ -402,6 +408,7 @@ impl BackendErrorKind {
             BackendErrorKind::Tls => "tls",
             BackendErrorKind::Unsupported => "unsupported",
             BackendErrorKind::Protocol => "protocol",
+            BackendErrorKind::Configuration => "configuration",
             BackendErrorKind::Other => "other",
         }
     }

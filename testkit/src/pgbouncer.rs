@@ -29,6 +29,8 @@ impl PgBouncer {
     /// PgBouncer on a free port, pooling the server on `server_port` in
     /// transaction mode with at most `server_connections` connections to
     /// it per database, so that a client's statements move between them.
+    /// Nothing else is set: no `ignore_startup_parameters`, as PgBouncer
+    /// comes.
     #[track_caller]
     pub fn start(server_port: u16, server_connections: u32) -> Self {
         let dir = tempfile::Builder::new()
@@ -48,7 +50,6 @@ impl PgBouncer {
              pool_mode = transaction\n\
              default_pool_size = {server_connections}\n\
              max_client_conn = 500\n\
-             ignore_startup_parameters = extra_float_digits,options\n\
              logfile = {log}\n",
             log = dir.path().join("pgbouncer.log").display(),
         );

@@ -80,3 +80,121 @@ async fn contended_fenced_and_fair_locks_work_through_pgbouncer_in_transaction_m
     );
     assert_eq!(verdict.lost_updates, 0, "an update was lost");
 }
+
+/// A stock PgBouncer refuses sqlx's default `extra_float_digits` at
+/// connect. The backend's own connections leave it out, so a URL of the
+/// pooler works as is (above); a service's own pool that sends it is told
+/// which setting to add, as an error retrying cannot cure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_that_sends_what_a_stock_pgbouncer_refuses_is_told_which_setting_to_add() {
+    let fx = Fixture::own_postgres().await;
+    let db = fx.postgres_db().unwrap();
+    let bouncer = tokio::task::spawn_blocking({
+        let port = db.server().port();
+        move || PgBouncer::start(port, 2)
+    })
+    .await
+    .unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy(&bouncer.url(db.name()))
+        .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(30), PostgresBackend::from_pool(pool))
+        .await
+        .expect("connect hung");
+    let err = match result {
+        Err(lockmacro_runtime::LockError::Backend(err)) => err,
+        other => panic!("expected a backend error, got {other:?}"),
+    };
+    assert_eq!(
+        err.kind(),
+        lockmacro_runtime::BackendErrorKind::Configuration,
+        "{err}"
+    );
+    assert!(!err.kind().is_transient());
+    assert!(
+        err.to_string()
+            .contains("ignore_startup_parameters = extra_float_digits"),
+        "{err}"
+    );
+}
+
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Without `listen_url`, the backend's `LISTEN` goes through PgBouncer in
+/// transaction mode, where nothing is heard. The listener finds that out,
+/// says so once (per backend), and waiters, plain and fair, poll by their retry
+/// strategy: each obtains after the release, long before the holder's
+/// 30 s lease would have ended and within its 20 s deadline. (One thread,
+/// so that the listener's task logs where this test captures.)
+#[tokio::test(flavor = "current_thread")]
+async fn through_pgbouncer_without_a_listen_url_waiters_poll_and_the_log_says_why() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer({
+            let captured = captured.clone();
+            move || captured.clone()
+        })
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let fx = Fixture::own_postgres().await;
+    let db = fx.postgres_db().unwrap();
+    let bouncer = tokio::task::spawn_blocking({
+        let port = db.server().port();
+        move || PgBouncer::start(port, 2)
+    })
+    .await
+    .unwrap();
+    let connect = || async {
+        let config = PostgresConfig::default().connect_timeout(Duration::from_secs(2));
+        let backend = PostgresBackend::connect_with(&bouncer.url(db.name()), config).await;
+        Locker::new(backend.unwrap_or_else(|err| panic!("{err}\n{}", bouncer.log())))
+    };
+    let (holder, waiter) = (connect().await, connect().await);
+    let ttl = Duration::from_secs(30);
+    let patient = || {
+        ObtainOptions::new().retry(
+            RetryStrategy::linear(Duration::from_millis(200)).deadline(Duration::from_secs(20)),
+        )
+    };
+    for (round, opts) in [patient(), patient().fair()].into_iter().enumerate() {
+        let held = holder
+            .obtain("job", ttl, ObtainOptions::new())
+            .await
+            .unwrap();
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { waiter.obtain("job", ttl, opts).await })
+        };
+        let marked = "SELECT waited::text FROM lockmacro_locks WHERE key = 'job'";
+        while db.column(marked).await != [Some("true".to_owned())] {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        held.release().await.unwrap();
+        let lock = tokio::time::timeout(Duration::from_secs(25), waiting)
+            .await
+            .expect("the waiter hung")
+            .unwrap()
+            .unwrap_or_else(|err| panic!("round {round}: the waiter was never woken: {err}"));
+        lock.release().await.unwrap();
+    }
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    // Once per backend that listened: two lockers, two backends.
+    let said = logs.matches("wait by their retry strategy").count();
+    assert!((1..=2).contains(&said), "{logs}");
+    assert!(logs.contains("PostgresConfig::listen_url"), "{logs}");
+}

@@ -30,8 +30,10 @@ async fn connect(url: &str, config: PostgresConfig) -> Result<PostgresBackend, L
         .expect("connect hung")
 }
 
+/// Nothing listens: the connect is refused, and the backend says so at
+/// once, not when a connect timeout far longer than the hang limit ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_server_fails_within_the_connect_timeout() {
+async fn a_refused_connection_is_unreachable_at_once() {
     // A port that was free a moment ago: nothing listens there.
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap()
@@ -39,16 +41,66 @@ async fn an_unreachable_server_fails_within_the_connect_timeout() {
         .unwrap()
         .port();
     let url = format!("postgres://postgres:x@127.0.0.1:{port}/db");
-    let config = PostgresConfig::default().connect_timeout(Duration::from_secs(1));
-    let (kind, message) = backend_error(connect(&url, config).await);
-    assert!(
-        matches!(
-            kind,
-            BackendErrorKind::Unreachable | BackendErrorKind::Timeout
-        ),
-        "{kind:?}: {message}"
-    );
+    let config = PostgresConfig::default().connect_timeout(HANG * 2);
+    let result = connect(&url, config).await;
+    assert!(result.as_ref().is_err_and(LockError::is_transient));
+    let (kind, message) = backend_error(result);
+    assert_eq!(kind, BackendErrorKind::Unreachable, "{message}");
+    assert!(message.contains("connection refused"), "{message}");
     assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+    assert!(message.contains("connect to database `db`"), "{message}");
+}
+
+/// A database the server does not have: an error retrying cannot cure,
+/// naming the step and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_database_is_a_configuration_error() {
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/nosuchdb",
+        db.server().port()
+    );
+    let result = connect(&url, PostgresConfig::default()).await;
+    assert!(result.as_ref().is_err_and(|err| !err.is_transient()));
+    let (kind, message) = backend_error(result);
+    assert_eq!(kind, BackendErrorKind::Configuration, "{message}");
+    assert!(
+        message.contains("connect to database `nosuchdb`"),
+        "{message}"
+    );
+    assert!(message.contains("create the database"), "{message}");
+    assert!(!message.contains("schema"), "{message}");
+}
+
+/// `Locker::postgres` with a URL of another scheme is refused as a URL,
+/// before anything connects: a listener on the URL's port is never
+/// called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_of_another_scheme_is_refused_before_any_connection() {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for url in [
+        format!("mysql://app:secret@127.0.0.1:{port}/db"),
+        format!("redis://127.0.0.1:{port}/"),
+        format!("127.0.0.1:{port}"),
+    ] {
+        let result = tokio::time::timeout(HANG, Locker::postgres(&url))
+            .await
+            .expect("connect hung");
+        match result {
+            Err(LockError::InvalidUrl { url: shown, reason }) => {
+                assert!(!shown.contains("secret"), "the password leaked: {shown}");
+                assert!(reason.contains("postgres://"), "{reason}");
+            }
+            other => panic!("{url}: expected InvalidUrl, got {other:?}"),
+        }
+    }
+    assert!(
+        matches!(listener.accept(), Err(err) if err.kind() == std::io::ErrorKind::WouldBlock),
+        "something connected"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,9 +113,12 @@ async fn wrong_credentials_are_an_authentication_error() {
         db.server().port(),
         db.name()
     );
-    let (kind, message) = backend_error(connect(&url, PostgresConfig::default()).await);
+    let result = connect(&url, PostgresConfig::default()).await;
+    assert!(result.as_ref().is_err_and(|err| !err.is_transient()));
+    let (kind, message) = backend_error(result);
     assert_eq!(kind, BackendErrorKind::Authentication, "{message}");
     assert!(!message.contains("wrong"), "the password leaked: {message}");
+    assert!(message.contains("connect to database"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,11 +32,14 @@ fn patient() -> ObtainOptions {
 }
 
 /// A pool that prepares nothing, as PgBouncer in transaction mode needs.
+/// A service's own pool, as one that goes through PgBouncer in
+/// transaction mode is set: no prepared statement, and no
+/// `extra_float_digits` at connect (a stock PgBouncer refuses it).
 fn pool(url: &str, connections: u32) -> PgPool {
     let options: PgConnectOptions = url.parse().unwrap();
     PgPoolOptions::new()
         .max_connections(connections)
-        .connect_lazy_with(options.statement_cache_capacity(0))
+        .connect_lazy_with(options.statement_cache_capacity(0).extra_float_digits(None))
 }
 
 async fn setup(fx: &Fixture) -> (&PostgresDb, Locker, PgPool) {

@@ -22,9 +22,18 @@ pub(super) fn backend_error(
     let (kind, message) = match &err {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|code| code.into_owned()).unwrap_or_default();
+            let startup_parameter = code == "08P01" && db.message().contains("startup parameter");
             let kind = match code.as_str() {
                 // invalid_password, invalid_authorization_specification
                 "28P01" | "28000" => BackendErrorKind::Authentication,
+                // invalid_catalog_name: the URL's database does not exist.
+                "3D000" => BackendErrorKind::Configuration,
+                // PgBouncer refusing a startup parameter the client sends.
+                "08P01" if startup_parameter => BackendErrorKind::Configuration,
+                // connection_exception and its kinds, among them
+                // PgBouncer's "server login has been failing" (08P01)
+                // while PostgreSQL restarts.
+                code if code.starts_with("08") => BackendErrorKind::Unreachable,
                 // insufficient_privilege
                 "42501" => BackendErrorKind::Permission,
                 // admin_shutdown, crash_shutdown, cannot_connect_now,
@@ -38,6 +47,15 @@ pub(super) fn backend_error(
             if kind == BackendErrorKind::Permission {
                 message.push_str(": ");
                 message.push_str(RUN_THE_MIGRATION);
+            } else if code == "3D000" {
+                message.push_str(": create the database, or name another in the URL");
+            } else if startup_parameter {
+                message.push_str(
+                    ": a pooler (PgBouncer) refuses a parameter the connection sends; add \
+                     `ignore_startup_parameters = extra_float_digits,options` to its \
+                     configuration, or give the backend a URL or connect options that \
+                     leave the parameter out",
+                );
             } else if code == "42883" || code == "42P01" {
                 // undefined_function, undefined_table: the schema is gone.
                 message.push_str(": lockmacro's tables or functions are missing; ");
@@ -45,12 +63,16 @@ pub(super) fn backend_error(
             }
             (kind, message)
         }
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => (
+            BackendErrorKind::Unreachable,
+            format!("connection refused ({io}): is PostgreSQL running, on this host and port?"),
+        ),
         sqlx::Error::Io(io) => (BackendErrorKind::Unreachable, io.to_string()),
         sqlx::Error::Tls(tls) => (BackendErrorKind::Tls, tls.to_string()),
         sqlx::Error::PoolTimedOut => (
             BackendErrorKind::Timeout,
-            "no connection could be had within the connect timeout: the pool's connections \
-             are all in use, or the server does not answer"
+            "no connection within the connect timeout: every connection of the pool is in \
+             use, or the server refuses or does not answer new ones"
                 .to_owned(),
         ),
         sqlx::Error::PoolClosed => (

@@ -169,9 +169,13 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// # Poolers
 ///
 /// Statements are sent as simple queries, without prepared statements, so
-/// PgBouncer in transaction mode works as is. `LISTEN` needs a session of
-/// its own: behind such a pooler, point
-/// [`PostgresConfig::listen_url`] at the server itself, or waiters wait by
+/// PgBouncer in transaction mode works as is, with its configuration as it
+/// comes (the backend's connections send no `extra_float_digits`, which
+/// PgBouncer refuses unless told to ignore it). `LISTEN` needs a session of
+/// its own: behind such a pooler, point [`PostgresConfig::listen_url`] at
+/// the server itself. Without it, the listener finds out that it hears
+/// nothing (it sends itself a notification, which never comes), says so
+/// once in the logs (a warning, target `lockmacro`), and waiters wait by
 /// their retry strategy alone.
 ///
 /// ```no_run
@@ -235,9 +239,9 @@ impl PostgresBackend {
         let options = parse(url)?;
         let server = format!("{}:{}", options.get_host(), options.get_port());
         let listen_pool = listen_pool(&config, &options)?;
-        let pool = pool_options(&config, config.max_connections).connect_lazy_with(options);
+        let pool = pool_options(&config, config.max_connections).connect_lazy_with(options.clone());
         let keep = config.max_connections as usize;
-        Self::start(pool, keep, listen_pool, server, config).await
+        Self::start(pool, keep, listen_pool, server, config, &options).await
     }
 
     /// A backend on the service's own pool, with the default
@@ -278,7 +282,7 @@ impl PostgresBackend {
         let listen_pool = listen_pool(&config, &options)?;
         // A connection kept would be one the service's own statements
         // could not have.
-        Self::start(pool, 0, listen_pool, server, config).await
+        Self::start(pool, 0, listen_pool, server, config, &options).await
     }
 
     async fn start(
@@ -287,15 +291,21 @@ impl PostgresBackend {
         listen_pool: PgPool,
         server: String,
         config: PostgresConfig,
+        options: &PgConnectOptions,
     ) -> Result<Self, LockError> {
         let backend = PostgresBackend {
-            releases: Releases::new(listen_pool, config.connect_timeout),
+            releases: Releases::new(
+                listen_pool,
+                config.listen_url.is_some(),
+                pool.clone(),
+                config.connect_timeout,
+            ),
             kept: Kept::new(pool.clone(), keep, config.connect_timeout),
             pool,
             server,
             config,
         };
-        backend.ensure_schema().await?;
+        backend.ensure_schema(options).await?;
         Ok(backend)
     }
 
@@ -393,13 +403,32 @@ fn session_ended(err: &sqlx::Error) -> bool {
     }
 }
 
+/// The connect options of `url`, refused before any connection when it
+/// is not a PostgreSQL URL. No statement is prepared, and no
+/// `extra_float_digits` is sent at connect (sqlx's default sends it;
+/// nothing here reads a float), which a stock PgBouncer refuses.
 fn parse(url: &str) -> Result<PgConnectOptions, LockError> {
+    let invalid = |reason: String| LockError::InvalidUrl {
+        url: crate::backend::redis::redact(url),
+        reason,
+    };
+    match url.split_once("://") {
+        Some(("postgres" | "postgresql", _)) => {}
+        Some((scheme, _)) => {
+            return Err(invalid(format!(
+                "`{scheme}://` is not a PostgreSQL URL: write \
+                 postgres://user:password@host:port/database"
+            )));
+        }
+        None => {
+            return Err(invalid(
+                "not a URL: write postgres://user:password@host:port/database".to_owned(),
+            ));
+        }
+    }
     url.parse::<PgConnectOptions>()
-        .map(|options| options.statement_cache_capacity(0))
-        .map_err(|err| LockError::InvalidUrl {
-            url: crate::backend::redis::redact(url),
-            reason: err.to_string(),
-        })
+        .map(|options| options.statement_cache_capacity(0).extra_float_digits(None))
+        .map_err(|err| invalid(err.to_string()))
 }
 
 /// The listener's own pool of one connection, to `config.listen_url` or

@@ -1,8 +1,11 @@
 //! The tables and functions the backend needs: the migration, and creating
 //! it when it is missing.
 
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+
 use super::PostgresBackend;
-use super::errors::RUN_THE_MIGRATION;
+use super::errors::{RUN_THE_MIGRATION, timed_out};
 use crate::LockError;
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -36,19 +39,35 @@ const SCHEMA_VERSION: i32 = 6;
 const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(1819239275, 0)";
 
 impl PostgresBackend {
-    /// Creates the schema when it is missing or older than this crate's,
-    /// or says which migration to run when it may not.
-    pub(super) async fn ensure_schema(&self) -> Result<(), LockError> {
+    /// Connects once, outside the pool (whose connects retry a refused
+    /// connection until the connect timeout, and report only that time ran
+    /// out), so that a server that cannot be reached, credentials it
+    /// refuses or a database it does not have are told at once and for
+    /// what they are; then creates the schema on that connection when it
+    /// is missing or older than this crate's, or says which migration to
+    /// run when it may not.
+    pub(super) async fn ensure_schema(&self, options: &PgConnectOptions) -> Result<(), LockError> {
+        let what = Connecting(options);
+        let connect = PgConnection::connect_with(options);
+        let mut conn = match tokio::time::timeout(self.config.connect_timeout, connect).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => return Err(self.error(&what, err)),
+            Err(_) => {
+                return Err(timed_out(&self.server, &what, self.config.connect_timeout).into());
+            }
+        };
+        let checked = self.ensure_schema_on(&mut conn).await;
+        // A close that does not finish in time leaves nothing to undo.
+        let _ = tokio::time::timeout(self.config.response_timeout, conn.close()).await;
+        checked
+    }
+
+    async fn ensure_schema_on(&self, conn: &mut PgConnection) -> Result<(), LockError> {
         let what = "check the schema";
-        let version = match self
-            .scalar(
-                &what,
-                "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer",
-            )
-            .await?
-        {
+        let found = "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer";
+        let version = match self.scalar(conn, &what, found).await? {
             Some(1) => {
-                self.scalar(&what, "SELECT lockmacro_schema_version()")
+                self.scalar(conn, &what, "SELECT lockmacro_schema_version()")
                     .await?
             }
             _ => None,
@@ -65,7 +84,7 @@ impl PostgresBackend {
                 None => "lockmacro's tables are missing".to_owned(),
             };
             return Err(BackendError::new(
-                BackendErrorKind::Other,
+                BackendErrorKind::Configuration,
                 format!("postgres {}: {what}", self.server),
                 format!("{state}: {RUN_THE_MIGRATION}"),
             )
@@ -73,7 +92,7 @@ impl PostgresBackend {
         }
         let what = "create the schema";
         let create = async {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = conn.begin().await?;
             sqlx::raw_sql(MIGRATION_LOCK).execute(&mut *tx).await?;
             sqlx::raw_sql(POSTGRES_MIGRATION).execute(&mut *tx).await?;
             tx.commit().await
@@ -85,13 +104,31 @@ impl PostgresBackend {
         }
     }
 
-    /// The one integer `sql` selects.
+    /// The one integer `sql` selects on `conn`.
     async fn scalar(
         &self,
+        conn: &mut PgConnection,
         what: &(dyn std::fmt::Display + Sync),
         sql: &str,
     ) -> Result<Option<i32>, LockError> {
-        let rows = self.rows(what, sql.to_owned()).await?;
-        Ok(rows.first().and_then(|row| sqlx::Row::try_get(row, 0).ok()))
+        let query = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_all(&mut *conn);
+        match tokio::time::timeout(self.config.response_timeout, query).await {
+            Ok(Ok(rows)) => Ok(rows.first().and_then(|row| sqlx::Row::try_get(row, 0).ok())),
+            Ok(Err(err)) => Err(self.error(what, err)),
+            Err(_) => Err(self.late(what)),
+        }
+    }
+}
+
+/// The connect step, naming the database and the user.
+struct Connecting<'a>(&'a PgConnectOptions);
+
+impl std::fmt::Display for Connecting<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "connect")?;
+        if let Some(database) = self.0.get_database() {
+            write!(f, " to database `{database}`")?;
+        }
+        write!(f, " as `{}`", self.0.get_username())
     }
 }

@@ -105,6 +105,7 @@ pub(crate) fn backend_error(server: &str, what: &str, err: RedisError) -> Backen
         BackendErrorKind::Tls
         | BackendErrorKind::Unsupported
         | BackendErrorKind::Protocol
+        | BackendErrorKind::Configuration
         | BackendErrorKind::Other => err.to_string(),
     };
     BackendError::new(kind, format!("{server}: {what}"), message).with_source(err)
