@@ -198,3 +198,76 @@ async fn through_pgbouncer_without_a_listen_url_waiters_poll_and_the_log_says_wh
     assert!((1..=2).contains(&said), "{logs}");
     assert!(logs.contains("PostgresConfig::listen_url"), "{logs}");
 }
+
+/// PostgreSQL down behind PgBouncer: PgBouncer answers for it ("server
+/// login has been failing", a connection error, SQLSTATE class 08), which
+/// the backend reports as unreachable, a failure that trying again may
+/// cure; once the server is back, an obtain goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_down_behind_pgbouncer_is_unreachable_and_transient() {
+    let fx = Fixture::own_postgres().await;
+    let db = fx.postgres_db().unwrap();
+    let bouncer = tokio::task::spawn_blocking({
+        let port = db.server().port();
+        move || PgBouncer::start(port, 2)
+    })
+    .await
+    .unwrap();
+    let config = PostgresConfig::default()
+        .listen_url(db.url())
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(10));
+    let backend = PostgresBackend::connect_with(&bouncer.url(db.name()), config).await;
+    let locker = Locker::new(backend.unwrap());
+    let ttl = Duration::from_secs(5);
+    locker
+        .obtain("job", ttl, ObtainOptions::new())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    db.server().kill();
+    let err = locker
+        .obtain("job", ttl, ObtainOptions::new())
+        .await
+        .expect_err("PostgreSQL is down");
+    let lockmacro_runtime::LockError::Backend(backend) = &err else {
+        panic!("expected a backend error, got {err:?}");
+    };
+    assert!(
+        matches!(
+            backend.kind(),
+            lockmacro_runtime::BackendErrorKind::Unreachable
+                | lockmacro_runtime::BackendErrorKind::Timeout
+        ),
+        "{err}\n{}",
+        bouncer.log()
+    );
+    assert!(err.is_transient(), "{err}");
+
+    db.server().start_again();
+    // PgBouncer waits `server_login_retry` (15 s) before it tries the
+    // server again: a service retries a transient error for as long.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = None;
+    while Instant::now() < deadline {
+        match locker.obtain("job", ttl, ObtainOptions::new()).await {
+            Ok(lock) => {
+                lock.release().await.unwrap();
+                return;
+            }
+            // An attempt sent as the server went down may have taken the
+            // key, its reply lost: it is held until its ttl runs out.
+            Err(err @ lockmacro_runtime::LockError::NotObtained { .. }) => last = Some(err),
+            Err(err) if err.is_transient() => last = Some(err),
+            Err(err) => panic!("not transient: {err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!(
+        "never obtained after the restart: {last:?}\n{}",
+        bouncer.log()
+    );
+}
