@@ -14,6 +14,8 @@ mod pgbouncer;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_sweep;
+#[cfg(feature = "postgres")]
 mod postgres_transaction;
 mod redlock;
 mod replicas;

@@ -267,7 +267,7 @@ async fn a_schema_of_an_earlier_version_is_brought_up_to_date() {
         fx.check(permit.release().await, "release");
         assert_eq!(
             db.column("SELECT lockmacro_schema_version()::text").await,
-            [Some("6".to_owned())]
+            [Some("7".to_owned())]
         );
     }
 }

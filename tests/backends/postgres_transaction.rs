@@ -394,7 +394,7 @@ async fn a_schema_with_per_key_counters_is_upgraded_and_tokens_start_above_them_
         fx.check(permit.release().await, "release");
         assert_eq!(
             db.column("SELECT lockmacro_schema_version()::text").await,
-            [Some("6".to_owned())]
+            [Some("7".to_owned())]
         );
     }
 }

@@ -30,6 +30,11 @@ CREATE TABLE IF NOT EXISTS lockmacro_fences (
     key   text   PRIMARY KEY,
     value bigint NOT NULL
 );
+-- When the last token was minted (added in schema version 7): a row idle
+-- long enough is reaped (`lockmacro_sweep`). Tokens come from one sequence
+-- (below), so a reaped row never sends them backwards.
+ALTER TABLE lockmacro_fences ADD COLUMN IF NOT EXISTS minted_at timestamptz NOT NULL
+    DEFAULT now();
 
 -- Fair waiters, in arrival order (`seq`), each until its wait ends.
 CREATE TABLE IF NOT EXISTS lockmacro_queue (
@@ -95,9 +100,9 @@ BEGIN
     IF fence_key IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO lockmacro_fences AS f (key, value)
-        VALUES (fence_key, nextval('lockmacro_fence_seq'))
-        ON CONFLICT (key) DO UPDATE SET value = excluded.value
+    INSERT INTO lockmacro_fences AS f (key, value, minted_at)
+        VALUES (fence_key, nextval('lockmacro_fence_seq'), clock_timestamp())
+        ON CONFLICT (key) DO UPDATE SET value = excluded.value, minted_at = excluded.minted_at
         RETURNING f.value INTO minted;
     RETURN minted;
 END
@@ -787,6 +792,62 @@ BEGIN
 END
 $$;
 
+-- Deletes what no lease needs any more, at most `batch` rows of each
+-- table, and returns how many it deleted: expired locks, shares, places
+-- in fair queues, writers' marks and given-back tokens, and the fence rows
+-- whose last token was minted more than `fence_idle_ms` ago (a fence row
+-- only tells `lockmacro_inspect` the last token). Each backend runs it now
+-- and then
+-- (`PostgresConfig::sweep_every`). Rows another transaction is writing
+-- are skipped, not waited for; an expired row an acquire takes meanwhile
+-- is live again and kept.
+CREATE OR REPLACE FUNCTION lockmacro_sweep(batch integer, fence_idle_ms bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ timestamptz := clock_timestamp();
+    gone bigint;
+    total bigint := 0;
+BEGIN
+    DELETE FROM lockmacro_locks l WHERE l.key IN (
+        SELECT x.key FROM lockmacro_locks x WHERE x.expires_at <= now_
+            LIMIT batch FOR UPDATE SKIP LOCKED
+    ) AND l.expires_at <= now_;
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    total := total + gone;
+    DELETE FROM lockmacro_shares s WHERE (s.key, s.token) IN (
+        SELECT x.key, x.token FROM lockmacro_shares x WHERE x.expires_at <= now_
+            LIMIT batch FOR UPDATE SKIP LOCKED
+    ) AND s.expires_at <= now_;
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    total := total + gone;
+    DELETE FROM lockmacro_queue q WHERE (q.key, q.token) IN (
+        SELECT x.key, x.token FROM lockmacro_queue x WHERE x.expires_at <= now_
+            LIMIT batch FOR UPDATE SKIP LOCKED
+    ) AND q.expires_at <= now_;
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    total := total + gone;
+    DELETE FROM lockmacro_writing w WHERE w.key IN (
+        SELECT x.key FROM lockmacro_writing x WHERE x.expires_at <= now_
+            LIMIT batch FOR UPDATE SKIP LOCKED
+    ) AND w.expires_at <= now_;
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    total := total + gone;
+    DELETE FROM lockmacro_given_back g WHERE g.token IN (
+        SELECT x.token FROM lockmacro_given_back x WHERE x.expires_at <= now_
+            LIMIT batch FOR UPDATE SKIP LOCKED
+    ) AND g.expires_at <= now_;
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    total := total + gone;
+    DELETE FROM lockmacro_fences f WHERE f.key IN (
+        SELECT x.key FROM lockmacro_fences x
+            WHERE x.minted_at <= now_ - fence_idle_ms * interval '1 millisecond'
+            LIMIT batch FOR UPDATE SKIP LOCKED
+    ) AND f.minted_at <= now_ - fence_idle_ms * interval '1 millisecond';
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    RETURN total + gone;
+END
+$$;
+
 -- What the backend checks for before it creates anything, and whether what
 -- it found is older than what it needs: the version of this file, raised
 -- when it adds something. 1: leases; 2 was either shares (permits,
@@ -794,7 +855,8 @@ $$;
 -- 3: both; 4: the same tables, with functions that cost the server less;
 -- 5: a retried acquire is minted a fencing token of its own; 6: a plain
 -- lock in one insert (`lockmacro_take`, `lockmacro_give`), and a release
--- notifies only when a waiter listens.
+-- notifies only when a waiter listens; 7: expired rows and idle fence rows
+-- are reaped (`lockmacro_sweep`).
 -- Every statement above runs over any of them.
 CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 6 $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT 7 $$;

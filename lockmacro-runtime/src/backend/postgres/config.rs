@@ -38,6 +38,21 @@ pub struct PostgresConfig {
     /// Create the tables and functions when they are missing. Default true;
     /// with false, a missing schema is an error naming the migration to run.
     pub create_schema: bool,
+    /// How often the backend deletes what no lease needs any more: rows of
+    /// leases that ran out without a release (a holder that crashed, a
+    /// `hold_at_least` lock, a key per cron fire), places in fair queues
+    /// and marks whose wait ended, and fence rows idle for
+    /// [`fence_expiry`](Self::fence_expiry). At most a thousand rows of
+    /// each table per call, a few calls in a row when there are more.
+    /// Default every minute; `None`: never (another backend, or a job of
+    /// your own calling `SELECT lockmacro_sweep(1000, 86400000)`, does it).
+    pub sweep_every: Option<Duration>,
+    /// How long after its last token a fence key's row is kept: the row
+    /// only remembers the last token, for
+    /// [`Locker::inspect`](crate::Locker::inspect), which shows none for a
+    /// lease held longer than this. Tokens come from one sequence and never
+    /// go backwards, with the row or without it. Default a day.
+    pub fence_expiry: Duration,
 }
 
 impl Default for PostgresConfig {
@@ -48,6 +63,8 @@ impl Default for PostgresConfig {
             response_timeout: Duration::from_secs(5),
             listen_url: None,
             create_schema: true,
+            sweep_every: Some(Duration::from_secs(60)),
+            fence_expiry: Duration::from_secs(24 * 60 * 60),
         }
     }
 }
@@ -80,6 +97,27 @@ impl PostgresConfig {
     /// Sets [`create_schema`](Self::create_schema).
     pub fn create_schema(mut self, create: bool) -> Self {
         self.create_schema = create;
+        self
+    }
+
+    /// Sets [`sweep_every`](Self::sweep_every) (`None`: never sweep).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::PostgresConfig;
+    ///
+    /// let often = PostgresConfig::default().sweep_every(Duration::from_secs(10));
+    /// let never = PostgresConfig::default().sweep_every(None);
+    /// # let _ = (often, never);
+    /// ```
+    pub fn sweep_every(mut self, every: impl Into<Option<Duration>>) -> Self {
+        self.sweep_every = every.into().filter(|every| !every.is_zero());
+        self
+    }
+
+    /// Sets [`fence_expiry`](Self::fence_expiry).
+    pub fn fence_expiry(mut self, expiry: Duration) -> Self {
+        self.fence_expiry = expiry;
         self
     }
 }

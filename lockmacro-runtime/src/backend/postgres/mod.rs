@@ -48,6 +48,7 @@ mod refresh;
 mod schema;
 mod shares;
 mod sql;
+mod sweep;
 mod transaction;
 
 pub use self::config::PostgresConfig;
@@ -62,6 +63,7 @@ use sqlx::{AssertSqlSafe, PgPool, Row};
 use self::connections::Kept;
 use self::errors::{backend_error, timed_out, unexpected};
 use self::listen::Releases;
+use self::sweep::Sweeper;
 use crate::LockError;
 use crate::backend::shared::{batch_of_one, boxed, forward};
 use crate::backend::{AcquireRequest, Acquired, Backend, BoxFuture, Capabilities, ReleaseListener};
@@ -194,6 +196,8 @@ pub struct PostgresBackend {
     server: String,
     config: PostgresConfig,
     releases: Releases,
+    /// Ends the sweep when the backend goes.
+    _sweeper: Option<Sweeper>,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -304,9 +308,22 @@ impl PostgresBackend {
             pool,
             server,
             config,
+            _sweeper: None,
         };
         backend.ensure_schema(options).await?;
-        Ok(backend)
+        let config = &backend.config;
+        let sweeper = config.sweep_every.map(|every| {
+            Sweeper::start(
+                backend.pool.clone(),
+                every,
+                config.fence_expiry,
+                config.response_timeout,
+            )
+        });
+        Ok(PostgresBackend {
+            _sweeper: sweeper,
+            ..backend
+        })
     }
 
     /// The pool the backend sends its statements through. A backend made

@@ -26,12 +26,12 @@ pub const POSTGRES_MIGRATION: &str =
     include_str!("../../../migrations/postgres/0001_lockmacro.sql");
 
 /// What `lockmacro_schema_version()` answers once [`POSTGRES_MIGRATION`]
-/// has run (6: a plain lock in one insert, and releases that notify only
+/// has run (7: expired and idle rows reaped; 6: a plain lock in one insert, and releases that notify only
 /// when a waiter listens; 5: a retried acquire is minted a fencing token of
 /// its own; 4: version 3's tables with functions that cost the server less; 3: shares and transaction-scoped locks; 2 was either one of them
 /// alone): a schema older than that is brought up to date (or, where the
 /// backend may not, named as out of date) like a missing one.
-const SCHEMA_VERSION: i32 = 6;
+const SCHEMA_VERSION: i32 = 7;
 
 /// Taken while the migration runs, so that backends starting together do
 /// not create the same functions at once (which PostgreSQL refuses with
