@@ -184,6 +184,44 @@ impl LockGuard {
         }
     }
 
+    /// True while the lease is at risk: no refresh has been confirmed for
+    /// two thirds of its ttl (the watchdog refreshes every third), so a
+    /// third of it or less still stands; or once it is over. Turns false
+    /// again when a refresh is confirmed in time.
+    pub fn is_at_risk(&self) -> bool {
+        self.lease().is_at_risk()
+    }
+
+    /// Completes when the lease is at risk (see
+    /// [`is_at_risk`](Self::is_at_risk)), before it is lost, while a third
+    /// of it still stands: time to stop taking new work, or to save what
+    /// was done. At once if it already is, or once the lease is over.
+    /// Renewals that fail for good make it complete before
+    /// [`lost`](Self::lost), at the latest a third of the ttl before the
+    /// local deadline.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let guard = locker
+    ///     .obtain("reindex", Duration::from_secs(10), ObtainOptions::new())
+    ///     .await?
+    ///     .keep_alive();
+    /// let batches = async { /* works batch after batch */ };
+    /// tokio::select! {
+    ///     () = batches => {}
+    ///     () = guard.at_risk() => { /* renewals are failing: checkpoint, stop */ }
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn at_risk(&self) {
+        self.lease().at_risk(|| self.is_done()).await;
+    }
+
     /// A token cancelled when the lease ends for this holder: lost (as
     /// [`lost`](Self::lost) completes), given back, or taken by the
     /// locker's [`shutdown`](crate::Locker::shutdown). Cancelled at once if

@@ -71,6 +71,8 @@ pub(crate) struct Lease {
     /// Set once the lease is known or presumed gone, and only after the
     /// loss was logged and counted; never cleared.
     pub(crate) lost: AtomicBool,
+    /// Notified when the lease is lost or given back, and when a refresh
+    /// moves its deadline in: what `lost()` and `at_risk()` wait on.
     pub(crate) lost_notify: Notify,
     /// Set once the owner released or dropped the lock: the watchdog forgets it.
     pub(crate) done: AtomicBool,
@@ -202,6 +204,41 @@ impl Lease {
     pub(crate) fn renewable(&self) -> bool {
         self.hold_until
             .is_none_or(|limit| self.timing().deadline < limit)
+    }
+
+    /// When the lease is at risk: a third of its ttl before its deadline,
+    /// which a healthy watchdog (refreshing every third of the ttl) keeps
+    /// moving ahead of the clock, so that it is reached only after
+    /// refreshes went unconfirmed for two thirds of the ttl.
+    pub(crate) fn at_risk_from(&self) -> Instant {
+        let timing = self.timing();
+        timing
+            .deadline
+            .checked_sub(timing.ttl / 3)
+            .unwrap_or(timing.deadline)
+    }
+
+    /// True once the lease is at risk (see [`at_risk_from`](Self::at_risk_from))
+    /// or over.
+    pub(crate) fn is_at_risk(&self) -> bool {
+        self.is_lost() || Instant::now() >= self.at_risk_from()
+    }
+
+    /// Completes once the lease is at risk or over; `over` also ends it
+    /// (a guard given back).
+    pub(crate) async fn at_risk(&self, over: impl Fn() -> bool) {
+        loop {
+            let notified = self.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if over() || self.is_at_risk() {
+                return;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(self.at_risk_from()) => {}
+            }
+        }
     }
 
     /// True once the lease was declared lost (not merely past its deadline).
@@ -389,9 +426,17 @@ impl Lease {
             timing.in_flight_ttl.min(ttl)
         };
         timing.in_flight += 1;
+        let before = (timing.deadline, timing.ttl);
         timing.deadline = timing.deadline.min(sent + ttl.saturating_sub(drift));
         if adopt {
             timing.ttl = ttl;
+        }
+        let moved_in = (timing.deadline, timing.ttl) != before;
+        drop(timing);
+        if moved_in {
+            // Whoever waits for the deadline, or a third of the ttl before
+            // it, waits for a moment that moved.
+            self.lost_notify.notify_waiters();
         }
         InFlight {
             lease: self,

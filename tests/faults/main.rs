@@ -49,6 +49,7 @@ pub fn module_of(program: Program) -> &'static str {
     }
 }
 
+mod at_risk;
 mod chaos;
 mod dead_waiter;
 mod election;

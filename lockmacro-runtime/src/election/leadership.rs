@@ -99,6 +99,19 @@ impl Leadership {
         self.guard.lost().await;
     }
 
+    /// True while the term is at risk: renewals have gone unconfirmed for
+    /// two thirds of the ttl (see [`LockGuard::is_at_risk`](crate::LockGuard::is_at_risk)).
+    pub fn is_at_risk(&self) -> bool {
+        self.guard.is_at_risk()
+    }
+
+    /// Completes when the term is at risk, before [`lost`](Self::lost),
+    /// while a third of the lease still stands (see
+    /// [`LockGuard::at_risk`](crate::LockGuard::at_risk)).
+    pub async fn at_risk(&self) {
+        self.guard.at_risk().await;
+    }
+
     /// A token cancelled when this term ends: the lease lost (as
     /// [`lost`](Self::lost) completes), the role given back, or taken by
     /// the locker's [`shutdown`](crate::Locker::shutdown). For the tasks a
@@ -258,5 +271,18 @@ impl Term {
                 () = tokio::time::sleep_until(lease.timing().deadline) => {}
             }
         }
+    }
+
+    /// True while the term is at risk: renewals have gone unconfirmed for
+    /// two thirds of the ttl (see [`LockGuard::is_at_risk`](crate::LockGuard::is_at_risk)).
+    pub fn is_at_risk(&self) -> bool {
+        self.guard.is_at_risk()
+    }
+
+    /// Completes when the term is at risk, before [`lost`](Self::lost),
+    /// while a third of the lease still stands, or once it is over (see
+    /// [`LockGuard::at_risk`](crate::LockGuard::at_risk)).
+    pub async fn at_risk(&self) {
+        self.guard.at_risk().await;
     }
 }
