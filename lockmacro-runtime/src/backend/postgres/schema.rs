@@ -36,11 +36,11 @@ const SCHEMA_VERSION: i32 = 6;
 const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(1819239275, 0)";
 
 impl PostgresBackend {
-    /// Creates the schema when it is missing or older than this crate's,
-    /// or says which migration to run when it may not.
-    pub(super) async fn ensure_schema(&self) -> Result<(), LockError> {
+    /// The version of the schema in the database; `None` when it has none
+    /// of lockmacro's functions. Only reads.
+    pub(super) async fn schema_version(&self) -> Result<Option<i32>, LockError> {
         let what = "check the schema";
-        let version = match self
+        match self
             .scalar(
                 &what,
                 "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer",
@@ -49,10 +49,22 @@ impl PostgresBackend {
         {
             Some(1) => {
                 self.scalar(&what, "SELECT lockmacro_schema_version()")
-                    .await?
+                    .await
             }
-            _ => None,
-        };
+            _ => Ok(None),
+        }
+    }
+
+    /// Creates the schema when it is missing or older than this crate's,
+    /// or says which migration to run when it may not.
+    pub(super) async fn ensure_schema(&self) -> Result<(), LockError> {
+        self.update_schema(self.schema_version().await?).await
+    }
+
+    /// [`ensure_schema`](Self::ensure_schema), for the schema found at
+    /// `version`.
+    pub(super) async fn update_schema(&self, version: Option<i32>) -> Result<(), LockError> {
+        let what = "check the schema";
         if version.is_some_and(|version| version >= SCHEMA_VERSION) {
             return Ok(());
         }
