@@ -13,6 +13,9 @@ pub const NOTHING: u8 = 1;
 pub const USAGE: u8 = 2;
 /// The backend failed or cannot do this.
 pub const BACKEND: u8 = 3;
+/// The URL names a PostgreSQL database without lockmacro's tables: nothing
+/// is held there, or it is the wrong database.
+pub const NO_TABLES: u8 = 4;
 
 /// A run that ends with an error message and its exit code.
 #[derive(Debug)]
@@ -22,11 +25,15 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn usage(message: impl Into<String>) -> Self {
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
         Failure {
-            code: USAGE,
+            code,
             message: message.into(),
         }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure::new(USAGE, message)
     }
 
     pub fn code(&self) -> ExitCode {

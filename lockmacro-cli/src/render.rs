@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lockmacro_runtime::{Holder, Inspection, KeyInfo, KeyKind};
+use lockmacro_runtime::{HeldAs, Holder, Inspection, KeyInfo, KeyKind};
 use serde_json::{Value, json};
 
 /// `lock`, `semaphore(3)`, `read-write`; `-` for a free key.
@@ -30,13 +30,39 @@ fn fence(fence: Option<u64>) -> String {
     fence.map_or_else(|| "-".into(), |fence| fence.to_string())
 }
 
-/// One holder, for a sentence: ``lock by `worker-1` (29.8s left)``.
+/// One holder, for a sentence: ``lock by `worker-1` (29.8s left)``, or
+/// `lock by a database transaction, in session 4242`: a transaction has no
+/// metadata and no lease to count down.
 pub fn holder(holder: &Holder) -> String {
+    match holder.held_as {
+        HeldAs::Transaction => format!("lock by {}", transaction(holder)),
+        _ => format!(
+            "{} by `{}` ({} left)",
+            held_as(holder),
+            holder.metadata,
+            remaining(holder.remaining)
+        ),
+    }
+}
+
+/// A holder held as a transaction: `a database transaction, in session
+/// 4242`.
+pub fn transaction(holder: &Holder) -> String {
+    match holder.pid {
+        Some(pid) => format!("a database transaction, in session {pid}"),
+        None => "a database transaction".into(),
+    }
+}
+
+/// What ends a lock held by a database transaction, which no force-release
+/// can: the transaction's end, or its session's.
+pub fn ending_a_transaction(holder: &Holder) -> String {
+    let session = holder
+        .pid
+        .map_or_else(|| "pid".to_owned(), |pid| pid.to_string());
     format!(
-        "{} by `{}` ({} left)",
-        held_as(holder),
-        holder.metadata,
-        remaining(holder.remaining)
+        "commit or roll back that transaction, or end its session with \
+         `SELECT pg_terminate_backend({session})`"
     )
 }
 
@@ -45,6 +71,7 @@ pub fn holder_json(holder: &Holder) -> Value {
         "held_as": held_as(holder),
         "metadata": holder.metadata,
         "remaining_ms": holder.remaining.map(|left| left.as_millis() as u64),
+        "pid": holder.pid,
     })
 }
 
@@ -68,6 +95,12 @@ pub fn inspection_text(key: &str, seen: &Inspection) -> String {
     };
     for one in &seen.holders {
         text.push_str(&format!("  {}\n", holder(one)));
+        if one.held_as == HeldAs::Transaction {
+            text.push_str(&format!(
+                "    force-release cannot end it: {}\n",
+                ending_a_transaction(one)
+            ));
+        }
     }
     text.push_str(&format!(
         "  waiters: {}, fence: {}\n",
@@ -127,7 +160,6 @@ pub fn table(keys: &[KeyInfo]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockmacro_runtime::HeldAs;
 
     #[test]
     fn the_table_has_a_row_per_holder_under_aligned_headers() {
@@ -149,5 +181,21 @@ mod tests {
             "{listed}"
         );
         assert!(lines[2].contains("worker-b  -"), "{listed}");
+    }
+
+    #[test]
+    fn a_transaction_is_shown_with_its_session_and_no_lease() {
+        let mut by_transaction = Holder::new(HeldAs::Transaction, "", None);
+        by_transaction.pid = Some(4242);
+        let mut seen = Inspection::free();
+        seen.kind = Some(KeyKind::Lock);
+        seen.holders = vec![by_transaction];
+        let text = inspection_text("orders", &seen);
+        assert!(
+            text.contains("lock by a database transaction, in session 4242\n"),
+            "{text}"
+        );
+        assert!(text.contains("pg_terminate_backend(4242)"), "{text}");
+        assert!(!text.contains("left"), "{text}");
     }
 }

@@ -44,13 +44,15 @@ impl Change {
 }
 
 /// A lease as the watch tells leases apart: holders carry no token, so two
-/// leases with the same share, metadata and fence are one.
+/// leases with the same share, metadata, fence and session are one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Lease {
     held_as: HeldAs,
     metadata: String,
     fence: Option<u64>,
     remaining: Option<Duration>,
+    /// The session of a lock held by a database transaction.
+    pid: Option<u32>,
 }
 
 impl Lease {
@@ -60,19 +62,26 @@ impl Lease {
             .map(|holder| Lease {
                 held_as: holder.held_as,
                 metadata: holder.metadata.clone(),
-                // Only a lock mints a token per lease.
-                fence: seen.fence.filter(|_| holder.held_as == HeldAs::Lock),
+                // Only a lock, a lease or a transaction's, mints a token
+                // per holder.
+                fence: seen
+                    .fence
+                    .filter(|_| matches!(holder.held_as, HeldAs::Lock | HeldAs::Transaction)),
                 remaining: holder.remaining,
+                pid: holder.pid,
             })
             .collect()
     }
 
     fn same(&self, other: &Lease) -> bool {
-        (self.held_as, &self.metadata, self.fence) == (other.held_as, &other.metadata, other.fence)
+        (self.held_as, &self.metadata, self.fence, self.pid)
+            == (other.held_as, &other.metadata, other.fence, other.pid)
     }
 
     fn holder(&self) -> Holder {
-        Holder::new(self.held_as, self.metadata.clone(), self.remaining)
+        let mut holder = Holder::new(self.held_as, self.metadata.clone(), self.remaining);
+        holder.pid = self.pid;
+        holder
     }
 }
 
@@ -205,6 +214,7 @@ mod tests {
             metadata: metadata.into(),
             fence,
             remaining: Some(Duration::from_millis(left_ms)),
+            pid: None,
         }
     }
 

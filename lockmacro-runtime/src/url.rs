@@ -1,5 +1,6 @@
 //! One URL for any backend: [`Locker::from_url`], which reads the scheme
-//! and calls the backend's own constructor.
+//! and calls the backend's own constructor, and
+//! [`Locker::from_url_if_set_up`], which creates nothing to open it.
 
 use crate::backend::redact;
 use crate::{LockError, Locker};
@@ -143,14 +144,47 @@ impl Locker {
     /// # }
     /// ```
     pub async fn from_url(url: &str) -> Result<Self, LockError> {
+        open(url, Target::parse(url)?).await
+    }
+
+    /// Like [`from_url`](Self::from_url), but creates nothing on the
+    /// backend to open it: `Ok(None)` when `url` names a PostgreSQL
+    /// database without lockmacro's tables, where nothing can be held,
+    /// instead of creating them there (as with
+    /// `PostgresConfig::create_schema(false)`, a schema older than this
+    /// version's is an error naming the migration). For tools that look at the locks of an application,
+    /// such as the `lockmacro` command line, and must leave a database
+    /// named by mistake as they found it. The other backends create
+    /// nothing when they connect: their lockers are the ones `from_url`
+    /// opens.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// use lockmacro_runtime::Locker;
+    ///
+    /// match Locker::from_url_if_set_up("postgres://ops@10.0.0.5/app").await? {
+    ///     Some(locker) => println!("{} keys held", locker.list("").await?.len()),
+    ///     None => println!("no lockmacro tables in this database"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_url_if_set_up(url: &str) -> Result<Option<Self>, LockError> {
         match Target::parse(url)? {
-            Target::Redis(url) => Locker::connect(&url).await,
-            Target::Cluster(seeds) => cluster(url, seeds).await,
-            Target::Sentinel { master, sentinels } => sentinel(url, &master, sentinels).await,
-            Target::Redlock(urls) => Locker::redlock(urls).await,
-            Target::Etcd(endpoints) => etcd(url, endpoints).await,
-            Target::Postgres(url) => postgres(&url).await,
+            Target::Postgres(url) => postgres_if_set_up(&url).await,
+            target => open(url, target).await.map(Some),
         }
+    }
+}
+
+/// A locker on `target`, which `url` names.
+async fn open(url: &str, target: Target) -> Result<Locker, LockError> {
+    match target {
+        Target::Redis(url) => Locker::connect(&url).await,
+        Target::Cluster(seeds) => cluster(url, seeds).await,
+        Target::Sentinel { master, sentinels } => sentinel(url, &master, sentinels).await,
+        Target::Redlock(urls) => Locker::redlock(urls).await,
+        Target::Etcd(endpoints) => etcd(url, endpoints).await,
+        Target::Postgres(url) => postgres(&url).await,
     }
 }
 
@@ -211,6 +245,17 @@ async fn postgres(url: &str) -> Result<Locker, LockError> {
 
 #[cfg(not(feature = "postgres"))]
 async fn postgres(url: &str) -> Result<Locker, LockError> {
+    Err(missing(url, "postgres"))
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_if_set_up(url: &str) -> Result<Option<Locker>, LockError> {
+    let backend = crate::PostgresBackend::connect_if_set_up(url).await?;
+    Ok(backend.map(Locker::new))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres_if_set_up(url: &str) -> Result<Option<Locker>, LockError> {
     Err(missing(url, "postgres"))
 }
 

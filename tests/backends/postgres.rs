@@ -272,6 +272,60 @@ async fn a_schema_of_an_earlier_version_is_brought_up_to_date() {
     }
 }
 
+/// `Locker::from_url_if_set_up` changes no schema: none on a database
+/// without lockmacro's tables, which it leaves without them; a locker on one
+/// with them; an error naming the migration, and nothing brought up to
+/// date, on one whose schema is out of date.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_url_if_set_up_opens_only_a_database_with_the_schema() {
+    let fx = Fixture::postgres().await;
+    let db = fx.postgres_db().unwrap();
+    let server = db.server();
+    let empty = server.url(&server.database().await);
+    let opened = Locker::from_url_if_set_up(&empty).await.unwrap();
+    assert!(opened.is_none(), "{opened:?}");
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&empty)
+        .await
+        .unwrap();
+    for sql in [
+        "SELECT count(*) FROM pg_class WHERE relname LIKE 'lockmacro%'",
+        "SELECT count(*) FROM pg_proc WHERE proname LIKE 'lockmacro%'",
+    ] {
+        let found: i64 = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
+        assert_eq!(found, 0, "{sql}");
+    }
+
+    let locker = Locker::from_url_if_set_up(&db.url())
+        .await
+        .unwrap()
+        .expect("a locker where the schema is")
+        .with_namespace(fx.namespace());
+    let lock = fx.check(
+        locker
+            .obtain("job", Duration::from_secs(5), ObtainOptions::new())
+            .await,
+        "obtain",
+    );
+    fx.check(lock.release().await, "release");
+
+    db.execute(
+        "CREATE OR REPLACE FUNCTION lockmacro_schema_version() RETURNS integer \
+         LANGUAGE sql IMMUTABLE AS $$ SELECT 5 $$",
+    )
+    .await;
+    let (_, message) = backend_error(Locker::from_url_if_set_up(&db.url()).await);
+    assert!(
+        message.contains("out of date") && message.contains("0001_lockmacro.sql"),
+        "{message}"
+    );
+    assert_eq!(
+        db.column("SELECT lockmacro_schema_version()::text").await,
+        [Some("5".to_owned())]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_on_a_pool_of_one_connection_does_not_take_it_for_its_listener() {
     let fx = Fixture::postgres().await;

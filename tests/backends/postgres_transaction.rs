@@ -443,20 +443,26 @@ async fn shares_and_transaction_locks_answer_each_other_busy() {
     }
 }
 
-/// `inspect` shows a key held by a transaction lock as a lock with no
-/// metadata and no time left; `force_release` leaves it to its transaction.
+/// `inspect` shows a key held by a transaction lock as a lock held by a
+/// transaction, with no metadata, no time left and the session holding it;
+/// `force_release` leaves it to its transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_sees_a_transaction_lock_and_force_release_leaves_it() {
     let fx = Fixture::postgres().await;
     let (_, locker, pool) = setup(&fx).await;
     let mut tx = pool.begin().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
     fx.check(locker.obtain_in(&mut tx, "seen", TTL, once()).await, "in");
     let seen = fx.check(locker.inspect("seen").await, "inspect");
     assert_eq!(seen.kind, Some(KeyKind::Lock), "{seen:?}");
     assert_eq!(seen.holders.len(), 1, "{seen:?}");
-    assert_eq!(seen.holders[0].held_as, HeldAs::Lock);
+    assert_eq!(seen.holders[0].held_as, HeldAs::Transaction);
     assert_eq!(seen.holders[0].metadata, "");
     assert_eq!(seen.holders[0].remaining, None);
+    assert_eq!(seen.holders[0].pid, u32::try_from(pid).ok());
     assert_eq!(
         fx.check(locker.inspect("unseen").await, "inspect").kind,
         None,

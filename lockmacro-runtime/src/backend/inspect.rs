@@ -57,6 +57,11 @@ pub struct Holder {
     pub metadata: String,
     /// How long the lease has left, when the backend can tell.
     pub remaining: Option<Duration>,
+    /// The database session whose transaction holds the key, for a holder
+    /// held as [`HeldAs::Transaction`]: on PostgreSQL, the server process
+    /// id that `pg_terminate_backend` takes. `None` for a lease, and when
+    /// the transaction ended as the key was read.
+    pub pid: Option<u32>,
 }
 
 impl Holder {
@@ -67,6 +72,7 @@ impl Holder {
             held_as,
             metadata: metadata.into(),
             remaining,
+            pid: None,
         }
     }
 }
@@ -83,4 +89,10 @@ pub enum HeldAs {
     Read,
     /// The write of a read-write lock.
     Write,
+    /// The whole key, as a lock held by a database transaction rather than
+    /// a lease (PostgreSQL's [`Locker::obtain_in`](crate::Locker::obtain_in)):
+    /// no metadata and no time left. It ends with its transaction (or the
+    /// transaction's session), never by
+    /// [`Locker::force_release`](crate::Locker::force_release).
+    Transaction,
 }

@@ -1,10 +1,11 @@
 //! What an operator sees and clears of a key: its kind, holders (a
-//! transaction-scoped lock among them, from `pg_locks`), fair waiters and
-//! fence counter in one statement (`lockmacro_inspect`), and every lease on
-//! it deleted by force (`lockmacro_force_release`; a transaction-scoped
-//! lock ends only with its transaction). The keys held under a prefix are
-//! the live rows of the lock and share tables; a transaction-scoped lock
-//! leaves only a hash of its key in `pg_locks`, so it is not listed.
+//! transaction-scoped lock among them, from `pg_locks`, with the session
+//! that holds it), fair waiters and fence counter in one statement
+//! (`lockmacro_inspect`), and every lease on it deleted by force
+//! (`lockmacro_force_release`; a transaction-scoped lock ends only with its
+//! transaction). The keys held under a prefix are the live rows of the lock
+//! and share tables; a transaction-scoped lock leaves only a hash of its key
+//! in `pg_locks`, so it is not listed.
 
 use std::time::Duration;
 
@@ -16,6 +17,21 @@ use super::sql::text;
 use crate::backend::{HeldAs, Holder, Inspection};
 use crate::{KeyKind, LockError};
 
+/// A subquery for the session holding a transaction-scoped lock of `key`
+/// (a quoted literal), found in `pg_locks` as `lockmacro_inspect` finds the
+/// lock: the migration's function does not name it.
+fn holding_session(key: &str) -> String {
+    format!(
+        "SELECT p.pid FROM pg_locks p \
+         WHERE p.locktype = 'advisory' AND p.granted AND p.mode = 'ExclusiveLock' \
+             AND p.database = (SELECT d.oid FROM pg_database d \
+                 WHERE d.datname = current_database()) \
+             AND p.classid = 1819239276::oid AND p.objsubid = 2 \
+             AND p.objid = (hashtext({key})::bigint & 4294967295)::oid \
+         LIMIT 1"
+    )
+}
+
 impl PostgresBackend {
     pub(super) async fn inspect_key(
         &self,
@@ -23,11 +39,14 @@ impl PostgresBackend {
         fence_key: &str,
     ) -> Result<Inspection, LockError> {
         let what = format!("inspect `{key}`");
+        let key_literal = text(key);
         let sql = format!(
-            "SELECT held_as, permits, metadata, left_ms, waiters, fence \
-             FROM lockmacro_inspect({}, {})",
-            text(key),
-            text(fence_key),
+            "SELECT i.held_as, i.permits, i.metadata, i.left_ms, i.waiters, i.fence, \
+                CASE WHEN i.held_as = 'transaction' THEN ({session}) END AS pid \
+             FROM lockmacro_inspect({key}, {fence_key}) i",
+            session = holding_session(&key_literal),
+            key = key_literal,
+            fence_key = text(fence_key),
         );
         let rows = self.rows(&what, sql).await?;
         let mut seen = Inspection::free();
@@ -50,8 +69,7 @@ impl PostgresBackend {
                 .and_then(|permits| u32::try_from(permits).ok());
             let (kind, held_as) = match (held_as.as_str(), permits) {
                 ("lock", _) => (KeyKind::Lock, HeldAs::Lock),
-                // A transaction-scoped lock: no metadata, no time left.
-                ("transaction", None) => (KeyKind::Lock, HeldAs::Lock),
+                ("transaction", None) => (KeyKind::Lock, HeldAs::Transaction),
                 ("permit", Some(permits)) => (KeyKind::Semaphore { permits }, HeldAs::Permit),
                 ("read", None) => (KeyKind::ReadWrite, HeldAs::Read),
                 ("write", None) => (KeyKind::ReadWrite, HeldAs::Write),
@@ -63,7 +81,11 @@ impl PostgresBackend {
                 .and_then(|ms| u64::try_from(ms).ok())
                 .map(Duration::from_millis);
             let metadata = read.column::<String>("metadata")?.unwrap_or_default();
-            seen.holders.push(Holder::new(held_as, metadata, remaining));
+            let mut holder = Holder::new(held_as, metadata, remaining);
+            holder.pid = read
+                .column::<i32>("pid")?
+                .and_then(|pid| u32::try_from(pid).ok());
+            seen.holders.push(holder);
         }
         Ok(seen)
     }

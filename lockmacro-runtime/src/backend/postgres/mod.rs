@@ -24,9 +24,10 @@
 //! shares hold: a key held as permits or read-write is busy for it too,
 //! not [`LockError::WrongKind`], since an error would abort the caller's
 //! transaction. [`Locker::inspect`](crate::Locker::inspect) shows it as a
-//! lock with no metadata and no time left (read from `pg_locks`);
-//! [`Locker::force_release`](crate::Locker::force_release) leaves it alone:
-//! it ends with its transaction.
+//! lock held as [`HeldAs::Transaction`](crate::HeldAs::Transaction), with no
+//! metadata, no time left and the holding session's pid (read from
+//! `pg_locks`); [`Locker::force_release`](crate::Locker::force_release)
+//! leaves it alone: it ends with its transaction.
 //!
 //! Each operation is one statement calling a function of the migration
 //! ([`POSTGRES_MIGRATION`]), sent as a simple query: no session state, no
@@ -116,8 +117,11 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// transaction answers busy for a key with a live lease, live shares of
 /// any kind or fair waiters (busy rather than [`LockError::WrongKind`]:
 /// an error would abort the caller's transaction). `inspect` lists it,
-/// from `pg_locks`, as a lock with no metadata and no time left;
-/// `force_release` cannot end it. Its ttl sets `idle_in_transaction_session_timeout` and
+/// from `pg_locks`, as held by a transaction
+/// ([`HeldAs::Transaction`](crate::HeldAs::Transaction)), with no metadata,
+/// no time left and the pid of the session that holds it; `force_release`
+/// cannot end it (`pg_terminate_backend` of that pid can). Its ttl sets
+/// `idle_in_transaction_session_timeout` and
 /// `statement_timeout` for the rest of the transaction (`SET LOCAL`), so the
 /// server ends a stalled holder; PgBouncer in transaction mode keeps the
 /// transaction on one server connection, so it works there too.
@@ -166,7 +170,8 @@ pub const POSTGRES_MAX_KEY_LEN: usize = 1024;
 /// `lockmacro-runtime/migrations/postgres/0001_lockmacro.sql`), and runs it
 /// again over the tables of an earlier version, which it adds to. A user
 /// who may not create tables gets an error naming that migration: run it as
-/// one who may.
+/// one who may. [`Locker::from_url_if_set_up`](crate::Locker::from_url_if_set_up)
+/// opens a database without creating anything, for tools that only look.
 ///
 /// # Poolers
 ///
@@ -240,12 +245,33 @@ impl PostgresBackend {
     /// # let _ = backend; Ok(()) }
     /// ```
     pub async fn connect_with(url: &str, config: PostgresConfig) -> Result<Self, LockError> {
+        let (backend, options) = Self::open(url, config)?;
+        backend.ensure_schema(&options).await?;
+        Ok(backend.sweeping())
+    }
+
+    /// A backend on the database at `url` that writes nothing there (no
+    /// schema created, no sweep): `None` when the database has no
+    /// lockmacro schema, an error naming the migration when its schema is
+    /// older than this crate's.
+    pub(crate) async fn connect_if_set_up(url: &str) -> Result<Option<Self>, LockError> {
+        let config = PostgresConfig::default()
+            .create_schema(false)
+            .sweep_every(None);
+        let (backend, options) = Self::open(url, config)?;
+        Ok(backend.schema_found(&options).await?.then_some(backend))
+    }
+
+    /// A backend on its own pool of connections to `url`, none opened yet,
+    /// and the options to connect with.
+    fn open(url: &str, config: PostgresConfig) -> Result<(Self, PgConnectOptions), LockError> {
         let options = parse(url)?;
         let server = format!("{}:{}", options.get_host(), options.get_port());
         let listen_pool = listen_pool(&config, &options)?;
         let pool = pool_options(&config, config.max_connections).connect_lazy_with(options.clone());
         let keep = config.max_connections as usize;
-        Self::start(pool, keep, listen_pool, server, config, &options).await
+        let backend = Self::build(pool, keep, listen_pool, server, config);
+        Ok((backend, options))
     }
 
     /// A backend on the service's own pool, with the default
@@ -286,18 +312,19 @@ impl PostgresBackend {
         let listen_pool = listen_pool(&config, &options)?;
         // A connection kept would be one the service's own statements
         // could not have.
-        Self::start(pool, 0, listen_pool, server, config, &options).await
+        let backend = Self::build(pool, 0, listen_pool, server, config);
+        backend.ensure_schema(&options).await?;
+        Ok(backend.sweeping())
     }
 
-    async fn start(
+    fn build(
         pool: PgPool,
         keep: usize,
         listen_pool: PgPool,
         server: String,
         config: PostgresConfig,
-        options: &PgConnectOptions,
-    ) -> Result<Self, LockError> {
-        let backend = PostgresBackend {
+    ) -> Self {
+        PostgresBackend {
             releases: Releases::new(
                 listen_pool,
                 config.listen_url.is_some(),
@@ -309,21 +336,24 @@ impl PostgresBackend {
             server,
             config,
             _sweeper: None,
-        };
-        backend.ensure_schema(options).await?;
-        let config = &backend.config;
+        }
+    }
+
+    /// The backend, with its sweep started when its config asks for one.
+    fn sweeping(self) -> Self {
+        let config = &self.config;
         let sweeper = config.sweep_every.map(|every| {
             Sweeper::start(
-                backend.pool.clone(),
+                self.pool.clone(),
                 every,
                 config.fence_expiry,
                 config.response_timeout,
             )
         });
-        Ok(PostgresBackend {
+        PostgresBackend {
             _sweeper: sweeper,
-            ..backend
-        })
+            ..self
+        }
     }
 
     /// The pool the backend sends its statements through. A backend made

@@ -47,31 +47,72 @@ impl PostgresBackend {
     /// is missing or older than this crate's, or says which migration to
     /// run when it may not.
     pub(super) async fn ensure_schema(&self, options: &PgConnectOptions) -> Result<(), LockError> {
-        let what = Connecting(options);
-        let connect = PgConnection::connect_with(options);
-        let mut conn = match tokio::time::timeout(self.config.connect_timeout, connect).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(err)) => return Err(self.error(&what, err)),
-            Err(_) => {
-                return Err(timed_out(&self.server, &what, self.config.connect_timeout).into());
-            }
+        let mut conn = self.connect_once(options).await?;
+        let checked = async {
+            let version = self.schema_version(&mut conn).await?;
+            self.update_schema(&mut conn, version).await
         };
-        let checked = self.ensure_schema_on(&mut conn).await;
-        // A close that does not finish in time leaves nothing to undo.
-        let _ = tokio::time::timeout(self.config.response_timeout, conn.close()).await;
+        let checked = checked.await;
+        self.close(conn).await;
         checked
     }
 
-    async fn ensure_schema_on(&self, conn: &mut PgConnection) -> Result<(), LockError> {
+    /// Whether the database has lockmacro's schema, connecting as
+    /// [`ensure_schema`](Self::ensure_schema) does; creates nothing, and
+    /// says which migration to run when it is older than this crate's.
+    pub(super) async fn schema_found(&self, options: &PgConnectOptions) -> Result<bool, LockError> {
+        let mut conn = self.connect_once(options).await?;
+        let found = async {
+            match self.schema_version(&mut conn).await? {
+                Some(version) => {
+                    self.update_schema(&mut conn, Some(version)).await?;
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        };
+        let found = found.await;
+        self.close(conn).await;
+        found
+    }
+
+    async fn connect_once(&self, options: &PgConnectOptions) -> Result<PgConnection, LockError> {
+        let what = Connecting(options);
+        let connect = PgConnection::connect_with(options);
+        match tokio::time::timeout(self.config.connect_timeout, connect).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(err)) => Err(self.error(&what, err)),
+            Err(_) => Err(timed_out(&self.server, &what, self.config.connect_timeout).into()),
+        }
+    }
+
+    async fn close(&self, conn: PgConnection) {
+        // A close that does not finish in time leaves nothing to undo.
+        let _ = tokio::time::timeout(self.config.response_timeout, conn.close()).await;
+    }
+
+    /// The version of the schema in the database; `None` when it has none
+    /// of lockmacro's functions. Only reads.
+    async fn schema_version(&self, conn: &mut PgConnection) -> Result<Option<i32>, LockError> {
         let what = "check the schema";
         let found = "SELECT (to_regprocedure('lockmacro_schema_version()') IS NOT NULL)::integer";
-        let version = match self.scalar(conn, &what, found).await? {
+        match self.scalar(conn, &what, found).await? {
             Some(1) => {
                 self.scalar(conn, &what, "SELECT lockmacro_schema_version()")
-                    .await?
+                    .await
             }
-            _ => None,
-        };
+            _ => Ok(None),
+        }
+    }
+
+    /// Brings the schema found at `version` up to date, or says which
+    /// migration to run when the backend may not.
+    async fn update_schema(
+        &self,
+        conn: &mut PgConnection,
+        version: Option<i32>,
+    ) -> Result<(), LockError> {
+        let what = "check the schema";
         if version.is_some_and(|version| version >= SCHEMA_VERSION) {
             return Ok(());
         }

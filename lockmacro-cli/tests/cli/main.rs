@@ -1,7 +1,12 @@
 //! The operator's command line (`lockmacro`, package `lockmacro-cli`), run
 //! as a user runs it, against servers of the test's own: what `list`,
 //! `inspect`, `force-release` and `watch` print, what a holder in this
-//! process sees of them, and the exit codes.
+//! process sees of them, and the exit codes. What is PostgreSQL's alone
+//! (a database without lockmacro's tables, locks held by a transaction) is
+//! in `postgres.rs`.
+
+#[cfg(feature = "postgres")]
+mod postgres;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
