@@ -4,7 +4,12 @@
 //! `TRYBUILD=overwrite` rewrites the `.stderr` files: read each one before
 //! committing it.
 
-#[cfg(not(all(feature = "cluster", feature = "etcd", feature = "sentinel")))]
+#[cfg(not(all(
+    feature = "cluster",
+    feature = "etcd",
+    feature = "postgres",
+    feature = "sentinel"
+)))]
 #[test]
 fn constructors_of_a_missing_feature_name_it() {
     let cases = trybuild::TestCases::new();
@@ -12,6 +17,8 @@ fn constructors_of_a_missing_feature_name_it() {
     cases.compile_fail("tests/missing_feature/cluster.rs");
     #[cfg(not(feature = "etcd"))]
     cases.compile_fail("tests/missing_feature/etcd.rs");
+    #[cfg(not(feature = "postgres"))]
+    cases.compile_fail("tests/missing_feature/postgres.rs");
     #[cfg(not(feature = "sentinel"))]
     cases.compile_fail("tests/missing_feature/sentinel.rs");
 }
