@@ -14,6 +14,15 @@
 )))]
 use crate::{LockError, Locker};
 
+/// Implemented by nothing: the bound of `Locker::connect` and
+/// `Locker::redlock` in a build without the `redis` feature.
+#[diagnostic::on_unimplemented(
+    message = "`Locker::connect` and `Locker::redlock` need the `redis` feature of `lockmacro-runtime`",
+    label = "Redis is left out of this build",
+    note = "enable it in Cargo.toml: `lockmacro-runtime = {{ version = \"…\", features = [\"redis\"] }}`, or keep the default features"
+)]
+pub trait RedisFeature {}
+
 /// Implemented by nothing: the bound of `Locker::cluster` in a build
 /// without the `cluster` feature.
 #[diagnostic::on_unimplemented(
@@ -49,6 +58,42 @@ pub trait EtcdFeature {}
     note = "enable it in Cargo.toml: `lockmacro-runtime = {{ version = \"…\", features = [\"postgres\"] }}`"
 )]
 pub trait PostgresFeature {}
+
+#[cfg(not(feature = "redis"))]
+impl Locker {
+    /// Needs the `redis` feature: see the crate documentation.
+    ///
+    /// ```compile_fail,E0277
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// let locker = lockmacro_runtime::Locker::connect("redis://127.0.0.1:6379/").await?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(hidden)]
+    pub async fn connect<S>(url: S) -> Result<Self, LockError>
+    where
+        S: AsRef<str> + RedisFeature,
+    {
+        let _ = url;
+        unreachable!("`RedisFeature` has no implementation, so this cannot be called")
+    }
+
+    /// Needs the `redis` feature: see the crate documentation.
+    ///
+    /// ```compile_fail,E0277
+    /// # async fn demo() -> Result<(), lockmacro_runtime::LockError> {
+    /// let locker = lockmacro_runtime::Locker::redlock(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"]).await?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(hidden)]
+    pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str> + RedisFeature,
+    {
+        let _ = urls;
+        unreachable!("`RedisFeature` has no implementation, so this cannot be called")
+    }
+}
 
 #[cfg(not(feature = "cluster"))]
 impl Locker {

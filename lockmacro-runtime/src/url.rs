@@ -144,10 +144,10 @@ impl Locker {
     /// ```
     pub async fn from_url(url: &str) -> Result<Self, LockError> {
         match Target::parse(url)? {
-            Target::Redis(url) => Locker::connect(&url).await,
+            Target::Redis(url) => redis(&url).await,
             Target::Cluster(seeds) => cluster(url, seeds).await,
             Target::Sentinel { master, sentinels } => sentinel(url, &master, sentinels).await,
-            Target::Redlock(urls) => Locker::redlock(urls).await,
+            Target::Redlock(urls) => redlock(url, urls).await,
             Target::Etcd(endpoints) => etcd(url, endpoints).await,
             Target::Postgres(url) => postgres(&url).await,
         }
@@ -157,6 +157,7 @@ impl Locker {
 /// The error of a URL whose backend this build was compiled without.
 #[cfg_attr(
     all(
+        feature = "redis",
         feature = "cluster",
         feature = "sentinel",
         feature = "etcd",
@@ -172,6 +173,26 @@ fn missing(url: &str, feature: &str) -> LockError {
              lockmacro-runtime"
         ),
     }
+}
+
+#[cfg(feature = "redis")]
+async fn redis(url: &str) -> Result<Locker, LockError> {
+    Locker::connect(url).await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis(url: &str) -> Result<Locker, LockError> {
+    Err(missing(url, "redis"))
+}
+
+#[cfg(feature = "redis")]
+async fn redlock(_: &str, urls: Vec<String>) -> Result<Locker, LockError> {
+    Locker::redlock(urls).await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redlock(url: &str, _: Vec<String>) -> Result<Locker, LockError> {
+    Err(missing(url, "redis"))
 }
 
 #[cfg(feature = "cluster")]

@@ -397,7 +397,7 @@ fn parse(url: &str) -> Result<PgConnectOptions, LockError> {
     url.parse::<PgConnectOptions>()
         .map(|options| options.statement_cache_capacity(0))
         .map_err(|err| LockError::InvalidUrl {
-            url: crate::backend::redis::redact(url),
+            url: crate::backend::redact(url),
             reason: err.to_string(),
         })
 }
