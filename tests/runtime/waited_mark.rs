@@ -226,6 +226,7 @@ async fn a_retry_after_a_waiter_marked_the_value_is_taken_as_the_same_attempt() 
 /// it, on the same channel, is the first one a listener hears
 /// (PostgreSQL delivers notifications in the order their transactions
 /// commit).
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_only_a_marked_holder_s_release_notifies() {
     use sqlx::postgres::PgListener;
