@@ -1,13 +1,18 @@
 //! Several billing instances charge the same list of users; each user must be
 //! charged exactly once.
 //!
-//! Without `REDIS_URL` the instances run as tasks in this process on the
-//! in-memory backend. With `REDIS_URL` set they run as separate OS processes
-//! (this program starts copies of itself) that coordinate through Redis.
+//! Without `REDIS_URL` or `DATABASE_URL` the instances run as tasks in this
+//! process on the in-memory backend. With `REDIS_URL` set they run as
+//! separate OS processes (this program starts copies of itself) that
+//! coordinate through Redis; with `DATABASE_URL` set instead, through
+//! PostgreSQL, which also holds the ledger (the tables `demo_billed` and
+//! `demo_audit`). PostgreSQL needs the `postgres` feature. When both are
+//! set, `REDIS_URL` is used.
 //!
 //! ```text
 //! cargo run --example billing
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example billing -- --instances 4 --users 200
+//! DATABASE_URL=postgres://app:secret@127.0.0.1:5432/app cargo run --features postgres --example billing
 //! ```
 //!
 //! Charging is deliberately racy without the lock: an instance reads whether
@@ -23,10 +28,53 @@ use std::time::{Duration, Instant};
 use lockmacro_runtime::{LockError, Locker, distributed_lock};
 use redis::AsyncCommands;
 
+/// Where the locks and the ledger are, from the environment.
+enum Store {
+    Memory,
+    Redis(String),
+    #[cfg(feature = "postgres")]
+    Postgres(String),
+}
+
+impl Store {
+    /// `REDIS_URL`, else `DATABASE_URL`, else memory. With `announce`, says
+    /// which when both are set, or when `DATABASE_URL` cannot be used.
+    fn from_env(announce: bool) -> Store {
+        let var = |name| {
+            std::env::var(name)
+                .ok()
+                .filter(|url: &String| !url.is_empty())
+        };
+        match (var("REDIS_URL"), var("DATABASE_URL")) {
+            (Some(url), database) => {
+                if database.is_some() && announce {
+                    println!("REDIS_URL and DATABASE_URL are both set: using Redis (REDIS_URL).");
+                }
+                Store::Redis(url)
+            }
+            #[cfg(feature = "postgres")]
+            (None, Some(url)) => Store::Postgres(url),
+            #[cfg(not(feature = "postgres"))]
+            (None, Some(_)) => {
+                if announce {
+                    println!(
+                        "DATABASE_URL is set, but this build has no PostgreSQL: \
+                     run with `--features postgres` to use it."
+                    );
+                }
+                Store::Memory
+            }
+            (None, None) => Store::Memory,
+        }
+    }
+}
+
 #[derive(Clone)]
 enum Ledger {
     Memory(Arc<Mutex<MemoryLedger>>),
     Redis(redis::aio::ConnectionManager),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
 }
 
 #[derive(Default)]
@@ -44,6 +92,14 @@ impl Ledger {
                 .exists(format!("demo:billed:{user}"))
                 .await
                 .map_err(backend)?),
+            #[cfg(feature = "postgres")]
+            Ledger::Postgres(pool) => sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM demo_billed WHERE user_id = $1)",
+            )
+            .bind(user as i32)
+            .fetch_one(pool)
+            .await
+            .map_err(backend),
         }
     }
 
@@ -64,6 +120,18 @@ impl Ledger {
                     .set(format!("demo:billed:{user}"), instance)
                     .await
                     .map_err(backend)?;
+            }
+            #[cfg(feature = "postgres")]
+            Ledger::Postgres(pool) => {
+                for table in ["demo_audit", "demo_billed"] {
+                    let insert = format!("INSERT INTO {table} (user_id, instance) VALUES ($1, $2)");
+                    sqlx::query(sqlx::AssertSqlSafe(insert))
+                        .bind(user as i32)
+                        .bind(instance as i32)
+                        .execute(pool)
+                        .await
+                        .map_err(backend)?;
+                }
             }
         }
         Ok(())
@@ -89,6 +157,16 @@ impl Ledger {
                     .filter_map(|entry| entry.split(':').next()?.parse().ok())
                     .collect()
             }
+            #[cfg(feature = "postgres")]
+            Ledger::Postgres(pool) => {
+                sqlx::query_scalar::<_, i32>("SELECT user_id FROM demo_audit")
+                    .fetch_all(pool)
+                    .await
+                    .map_err(backend)?
+                    .into_iter()
+                    .map(|user| user as u32)
+                    .collect()
+            }
         };
         let mut charges = HashMap::new();
         for user in entries {
@@ -98,7 +176,7 @@ impl Ledger {
     }
 }
 
-fn backend(err: redis::RedisError) -> LockError {
+fn backend(err: impl std::fmt::Display) -> LockError {
     lockmacro_runtime::BackendError::new(
         lockmacro_runtime::BackendErrorKind::Other,
         "ledger",
@@ -200,7 +278,8 @@ fn parse_args() -> Args {
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "{problem}\nusage: billing [--instances N] [--users M]   (REDIS_URL=redis://… to run as processes on Redis)"
+        "{problem}\nusage: billing [--instances N] [--users M]   (REDIS_URL=redis://… to run as processes on Redis, \
+         DATABASE_URL=postgres://… on PostgreSQL)"
     );
     std::process::exit(2);
 }
@@ -220,21 +299,19 @@ async fn main() -> std::process::ExitCode {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args();
-    match std::env::var("REDIS_URL")
-        .ok()
-        .filter(|url| !url.is_empty())
-    {
-        None => in_memory(&args).await,
-        Some(url) => match args.worker {
-            Some(instance) => worker(&url, instance, args.users).await,
-            None => with_processes(&url, &args).await,
-        },
+    let store = Store::from_env(args.worker.is_none());
+    if matches!(store, Store::Memory) {
+        return in_memory(&args).await;
+    }
+    match args.worker {
+        Some(instance) => worker(&store, instance, args.users).await,
+        None => with_processes(&store, &args).await,
     }
 }
 
 async fn in_memory(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!(
-        "REDIS_URL is not set: running {} instances as tasks on the in-memory backend.",
+        "Running {} instances as tasks on the in-memory backend.",
         args.instances
     );
     let locker = Locker::memory();
@@ -254,24 +331,25 @@ async fn in_memory(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     report(args, &tallies, &ledger.audit().await?, started.elapsed())
 }
 
-async fn with_processes(url: &str, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    println!(
-        "Running {} instances as separate processes against {url}.",
-        args.instances
-    );
-    // Nothing listening at `url` fails here at once, with the address; redis's
-    // own `ConnectionManager::new` below would retry for about ten seconds and
-    // not say where it tried.
-    Locker::connect(url).await?;
-    let client = redis::Client::open(url)?;
-    let ledger = Ledger::Redis(redis::aio::ConnectionManager::new(client).await?);
-    if let Ledger::Redis(conn) = &ledger {
-        let mut conn = conn.clone();
-        let stale: Vec<String> = conn.keys("demo:billed:*").await?;
-        let () = conn
-            .del([stale, vec!["demo:audit".to_owned()]].concat())
-            .await?;
-    }
+async fn with_processes(store: &Store, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let ledger = match store {
+        Store::Memory => unreachable!("the in-memory backend runs no processes"),
+        Store::Redis(url) => {
+            println!(
+                "Running {} instances as separate processes against {url}.",
+                args.instances
+            );
+            fresh_redis_ledger(url).await?
+        }
+        #[cfg(feature = "postgres")]
+        Store::Postgres(url) => {
+            println!(
+                "Running {} instances as separate processes on PostgreSQL (DATABASE_URL).",
+                args.instances
+            );
+            fresh_postgres_ledger(url).await?
+        }
+    };
     let started = Instant::now();
     let exe = std::env::current_exe()?;
     let children: Vec<_> = (0..args.instances)
@@ -310,10 +388,58 @@ async fn with_processes(url: &str, args: &Args) -> Result<(), Box<dyn std::error
     report(args, &tallies, &ledger.audit().await?, started.elapsed())
 }
 
-async fn worker(url: &str, instance: usize, users: u32) -> Result<(), Box<dyn std::error::Error>> {
-    let locker = Locker::connect(url).await?;
-    let ledger =
-        Ledger::Redis(redis::aio::ConnectionManager::new(redis::Client::open(url)?).await?);
+/// The ledger on Redis, emptied.
+async fn fresh_redis_ledger(url: &str) -> Result<Ledger, Box<dyn std::error::Error>> {
+    // Nothing listening at `url` fails here at once, with the address; redis's
+    // own `ConnectionManager::new` below would retry for about ten seconds and
+    // not say where it tried.
+    Locker::connect(url).await?;
+    let mut conn = redis::aio::ConnectionManager::new(redis::Client::open(url)?).await?;
+    let stale: Vec<String> = conn.keys("demo:billed:*").await?;
+    let () = conn
+        .del([stale, vec!["demo:audit".to_owned()]].concat())
+        .await?;
+    Ok(Ledger::Redis(conn))
+}
+
+/// The ledger's tables in PostgreSQL, created or emptied.
+#[cfg(feature = "postgres")]
+async fn fresh_postgres_ledger(url: &str) -> Result<Ledger, Box<dyn std::error::Error>> {
+    // Fails at once, naming the server, when it cannot be reached; creates
+    // the locks' tables before the instances start.
+    Locker::postgres(url).await?;
+    let pool = sqlx::PgPool::connect(url).await?;
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS demo_billed (user_id integer NOT NULL, instance integer NOT NULL);
+         CREATE TABLE IF NOT EXISTS demo_audit (user_id integer NOT NULL, instance integer NOT NULL);
+         TRUNCATE demo_billed, demo_audit",
+    )
+    .execute(&pool)
+    .await?;
+    Ok(Ledger::Postgres(pool))
+}
+
+async fn worker(
+    store: &Store,
+    instance: usize,
+    users: u32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (locker, ledger) = match store {
+        Store::Memory => unreachable!("the in-memory backend runs no processes"),
+        Store::Redis(url) => {
+            let conn = redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?);
+            (Locker::connect(url).await?, Ledger::Redis(conn.await?))
+        }
+        // One pool for the service's own queries and its locks.
+        #[cfg(feature = "postgres")]
+        Store::Postgres(url) => {
+            let pool = sqlx::PgPool::connect(url).await?;
+            (
+                Locker::postgres_pool(pool.clone()).await?,
+                Ledger::Postgres(pool),
+            )
+        }
+    };
     let tally = run_instance(&locker, &ledger, instance, users).await?;
     println!(
         "{} {} {}",

@@ -6,6 +6,7 @@
 //! cargo run --example migrations
 //! cargo run --example migrations -- --crash
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example migrations -- --services 4 --crash
+//! DATABASE_URL=postgres://app:secret@127.0.0.1:5432/app cargo run --features postgres --example migrations -- --crash
 //! ```
 //!
 //! Every service calls `migrate` under
@@ -22,13 +23,16 @@
 //! sets the marker. (The ttl is short so that the takeover comes quickly; a
 //! real one would be longer than any pause you expect.)
 //!
-//! Without `REDIS_URL`, the services are threads, each with its own runtime
-//! and locker on one in-memory backend, sharing an in-memory database; the
-//! crashing one freezes for good, so that, as with a killed process, nothing
-//! of it runs again: it neither refreshes nor releases. With `REDIS_URL`, the
-//! services are separate processes (this program starts copies of itself),
-//! the database is a Redis list and key, and the crashing process calls
-//! `std::process::exit` mid-way.
+//! Without `REDIS_URL` or `DATABASE_URL`, the services are threads, each with
+//! its own runtime and locker on one in-memory backend, sharing an in-memory
+//! database; the crashing one freezes for good, so that, as with a killed
+//! process, nothing of it runs again: it neither refreshes nor releases. With
+//! `REDIS_URL`, the services are separate processes (this program starts
+//! copies of itself), the database is a Redis list and key, and the crashing
+//! process calls `std::process::exit` mid-way. With `DATABASE_URL` instead
+//! (and the `postgres` feature), the processes lock in PostgreSQL and the
+//! database is the tables `demo_migrations` and `demo_migrations_done` there.
+//! When both are set, `REDIS_URL` is used.
 //!
 //! The table at the end comes from the migration table, not from the
 //! services' own reports; the program exits with an error unless each
@@ -61,11 +65,54 @@ const CRASHED: i32 = 70;
 const APPLIED_KEY: &str = "demo:migrations:applied";
 const DONE_KEY: &str = "demo:migrations:done";
 
+/// Where the locks and the database are, from the environment.
+enum Store {
+    Memory,
+    Redis(String),
+    #[cfg(feature = "postgres")]
+    Postgres(String),
+}
+
+impl Store {
+    /// `REDIS_URL`, else `DATABASE_URL`, else memory. With `announce`, says
+    /// which when both are set, or when `DATABASE_URL` cannot be used.
+    fn from_env(announce: bool) -> Store {
+        let var = |name| {
+            std::env::var(name)
+                .ok()
+                .filter(|url: &String| !url.is_empty())
+        };
+        match (var("REDIS_URL"), var("DATABASE_URL")) {
+            (Some(url), database) => {
+                if database.is_some() && announce {
+                    println!("REDIS_URL and DATABASE_URL are both set: using Redis (REDIS_URL).");
+                }
+                Store::Redis(url)
+            }
+            #[cfg(feature = "postgres")]
+            (None, Some(url)) => Store::Postgres(url),
+            #[cfg(not(feature = "postgres"))]
+            (None, Some(_)) => {
+                if announce {
+                    println!(
+                        "DATABASE_URL is set, but this build has no PostgreSQL: \
+                         run with `--features postgres` to use it."
+                    );
+                }
+                Store::Memory
+            }
+            (None, None) => Store::Memory,
+        }
+    }
+}
+
 /// The shared database, or at least the part of it migrations touch.
 #[derive(Clone)]
 enum Db {
     Memory(Arc<Mutex<MemoryDb>>),
     Redis(redis::aio::ConnectionManager),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
 }
 
 #[derive(Default)]
@@ -81,6 +128,14 @@ impl Db {
         match self {
             Db::Memory(db) => Ok(db.lock().unwrap().done),
             Db::Redis(conn) => conn.clone().get(DONE_KEY).await.map_err(backend),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                sqlx::query_scalar::<_, i32>("SELECT service FROM demo_migrations_done")
+                    .fetch_optional(pool)
+                    .await
+                    .map(|service| service.map(|service| service as usize))
+                    .map_err(backend)
+            }
         }
     }
 
@@ -102,6 +157,18 @@ impl Db {
                     })
                     .collect())
             }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                let rows: Vec<(String, i32)> =
+                    sqlx::query_as("SELECT name, service FROM demo_migrations ORDER BY position")
+                        .fetch_all(pool)
+                        .await
+                        .map_err(backend)?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(name, service)| (name, service as usize))
+                    .collect())
+            }
         }
     }
 
@@ -117,6 +184,15 @@ impl Db {
                     .await
                     .map_err(backend)?;
             }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                sqlx::query("INSERT INTO demo_migrations (name, service) VALUES ($1, $2)")
+                    .bind(name)
+                    .bind(service as i32)
+                    .execute(pool)
+                    .await
+                    .map_err(backend)?;
+            }
         }
         Ok(())
     }
@@ -127,12 +203,20 @@ impl Db {
             Db::Redis(conn) => {
                 let () = conn.clone().set(DONE_KEY, service).await.map_err(backend)?;
             }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                sqlx::query("INSERT INTO demo_migrations_done (service) VALUES ($1)")
+                    .bind(service as i32)
+                    .execute(pool)
+                    .await
+                    .map_err(backend)?;
+            }
         }
         Ok(())
     }
 }
 
-fn backend(err: redis::RedisError) -> LockError {
+fn backend(err: impl std::fmt::Display) -> LockError {
     BackendError::new(BackendErrorKind::Other, "database", err.to_string()).into()
 }
 
@@ -309,7 +393,8 @@ fn parse_args() -> Args {
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "{problem}\nusage: migrations [--services N] [--crash]   (REDIS_URL=redis://… to run as processes on Redis)"
+        "{problem}\nusage: migrations [--services N] [--crash]   (REDIS_URL=redis://… to run as processes on Redis, \
+         DATABASE_URL=postgres://… on PostgreSQL)"
     );
     std::process::exit(2);
 }
@@ -332,31 +417,37 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args();
-    let url = std::env::var("REDIS_URL")
-        .ok()
-        .filter(|url| !url.is_empty());
-    if let (Some(url), Some((service, epoch_ms))) = (&url, args.worker) {
-        return worker(url, service, args.crash, epoch_ms);
+    let store = Store::from_env(args.worker.is_none());
+    if let Some((service, epoch_ms)) = args.worker {
+        return worker(&store, service, args.crash, epoch_ms);
     }
     let scenario = if args.crash {
         "the first to migrate crashes mid-way"
     } else {
         "no failures"
     };
-    let (outcomes, table, done) = match &url {
-        None => {
+    let (outcomes, table, done) = match &store {
+        Store::Memory => {
             println!(
-                "REDIS_URL is not set: {} services as threads on the in-memory backend; {scenario}.\n",
+                "{} services as threads on the in-memory backend; {scenario}.\n",
                 args.services
             );
             with_threads(&args)?
         }
-        Some(url) => {
+        Store::Redis(url) => {
             println!(
                 "{} services as separate processes against {url}; {scenario}.\n",
                 args.services
             );
-            with_processes(url, &args)?
+            with_processes(&store, &args)?
+        }
+        #[cfg(feature = "postgres")]
+        Store::Postgres(_) => {
+            println!(
+                "{} services as separate processes on PostgreSQL (DATABASE_URL); {scenario}.\n",
+                args.services
+            );
+            with_processes(&store, &args)?
         }
     };
     report(&args, &outcomes, &table, done)
@@ -409,18 +500,42 @@ fn with_threads(args: &Args) -> Result<Results, Box<dyn std::error::Error>> {
     Ok((outcomes, table, done))
 }
 
-fn with_processes(url: &str, args: &Args) -> Result<Results, Box<dyn std::error::Error>> {
+/// A fresh database for every run.
+async fn fresh_db(store: &Store) -> Result<Db, Box<dyn std::error::Error>> {
+    match store {
+        Store::Memory => unreachable!("the in-memory database is made by `with_threads`"),
+        Store::Redis(url) => {
+            // Nothing listening at `url` fails here at once, with the address;
+            // redis's own `ConnectionManager::new` below would retry for about
+            // ten seconds and not say where it tried.
+            Locker::connect(url).await?;
+            let mut conn =
+                redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
+            let () = conn.del(&[APPLIED_KEY, DONE_KEY]).await?;
+            Ok(Db::Redis(conn))
+        }
+        #[cfg(feature = "postgres")]
+        Store::Postgres(url) => {
+            // Fails at once, naming the server, when it cannot be reached;
+            // creates the locks' tables before the services start.
+            Locker::postgres(url).await?;
+            let pool = sqlx::PgPool::connect(url).await?;
+            sqlx::raw_sql(
+                "CREATE TABLE IF NOT EXISTS demo_migrations \
+                   (position bigserial PRIMARY KEY, name text NOT NULL, service integer NOT NULL);
+                 CREATE TABLE IF NOT EXISTS demo_migrations_done (service integer NOT NULL);
+                 TRUNCATE demo_migrations, demo_migrations_done",
+            )
+            .execute(&pool)
+            .await?;
+            Ok(Db::Postgres(pool))
+        }
+    }
+}
+
+fn with_processes(store: &Store, args: &Args) -> Result<Results, Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Runtime::new()?;
-    let db = runtime.block_on(async {
-        // Nothing listening at `url` fails here at once, with the address;
-        // redis's own `ConnectionManager::new` below would retry for about ten
-        // seconds and not say where it tried.
-        Locker::connect(url).await?;
-        let mut conn = redis::aio::ConnectionManager::new(redis::Client::open(url)?).await?;
-        // A fresh database for every run.
-        let () = conn.del(&[APPLIED_KEY, DONE_KEY]).await?;
-        Ok::<_, Box<dyn std::error::Error>>(Db::Redis(conn))
-    })?;
+    let db = runtime.block_on(fresh_db(store))?;
     let exe = std::env::current_exe()?;
     let epoch_ms = now_ms();
     let children: Vec<_> = (0..args.services)
@@ -481,14 +596,29 @@ fn parse_outcome(reported: &str) -> Option<Outcome> {
 }
 
 fn worker(
-    url: &str,
+    store: &Store,
     service: usize,
     crash: bool,
     epoch_ms: u128,
 ) -> Result<(), Box<dyn std::error::Error>> {
     tokio::runtime::Runtime::new()?.block_on(async {
-        let locker = Locker::connect(url).await?.with_namespace("demo");
-        let db = Db::Redis(redis::aio::ConnectionManager::new(redis::Client::open(url)?).await?);
+        let (locker, db) = match store {
+            Store::Memory => return Err("a service process needs REDIS_URL or DATABASE_URL".into()),
+            Store::Redis(url) => {
+                let conn = redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?);
+                (Locker::connect(url).await?, Db::Redis(conn.await?))
+            }
+            // One pool for the service's own queries and its locks.
+            #[cfg(feature = "postgres")]
+            Store::Postgres(url) => {
+                let pool = sqlx::PgPool::connect(url).await?;
+                (
+                    Locker::postgres_pool(pool.clone()).await?,
+                    Db::Postgres(pool),
+                )
+            }
+        };
+        let locker = locker.with_namespace("demo");
         self::service(&locker, &db, service, crash, &Sink::Process, epoch_ms).await?;
         Ok(())
     })

@@ -1,6 +1,7 @@
 //! Runs every example, with small sizes, on the memory backend and against a
-//! real Redis, so that the examples cannot rot. `cargo test` builds the
-//! examples next to the test binaries.
+//! real Redis, and those that run on PostgreSQL against a real one (with the
+//! `postgres` feature), so that the examples cannot rot. `cargo test` builds
+//! the examples next to the test binaries.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -20,7 +21,7 @@ fn example(name: &str) -> Command {
         path.display()
     );
     let mut command = Command::new(path);
-    command.env_remove("REDIS_URL");
+    command.env_remove("REDIS_URL").env_remove("DATABASE_URL");
     command
 }
 
@@ -80,6 +81,20 @@ fn billing_as_processes_on_redis_charges_everyone_once() {
 }
 
 #[test]
+fn billing_with_both_urls_set_runs_on_redis_and_says_so() {
+    let server = RedisServer::start();
+    let mut command = example("billing");
+    command
+        .env("REDIS_URL", server.url())
+        // Never contacted: REDIS_URL wins.
+        .env("DATABASE_URL", "postgres://app:secret@127.0.0.1:1/app")
+        .args(["--instances", "2", "--users", "10"]);
+    let output = run(command);
+    assert!(output.contains("both set: using Redis"), "{output}");
+    assert_eq!(field(&output, "charges made"), 10, "{output}");
+}
+
+#[test]
 fn billing_with_nothing_listening_at_redis_url_names_the_address() {
     // Bound, then closed: connecting to it is refused.
     let address = std::net::TcpListener::bind("127.0.0.1:0")
@@ -105,13 +120,20 @@ fn text<'a>(output: &'a str, name: &str) -> &'a str {
 }
 
 fn migrations(redis: Option<&RedisServer>, crash: bool) -> String {
+    let url = redis.map(RedisServer::url);
+    migrations_in(url.as_deref().map(|url| ("REDIS_URL", url)), crash)
+}
+
+/// The migrations example with `store`, a variable and the URL it names (in
+/// memory without), and what every run must show.
+fn migrations_in(store: Option<(&str, &str)>, crash: bool) -> String {
     let mut command = example("migrations");
     command.args(["--services", "3"]);
     if crash {
         command.arg("--crash");
     }
-    if let Some(server) = redis {
-        command.env("REDIS_URL", server.url());
+    if let Some((variable, url)) = store {
+        command.env(variable, url);
     }
     let output = run(command);
     assert_eq!(field(&output, "finished migrating"), 1, "{output}");
@@ -169,6 +191,81 @@ fn migrations_as_processes_on_redis_are_taken_over_after_a_crash() {
     assert!(output.contains("separate processes"), "{output}");
     let rows: i64 = server.cmd(&["LLEN", "demo:migrations:applied"]);
     assert_eq!(rows, 4, "the migration table in Redis disagrees:\n{output}");
+}
+
+/// The billing and migrations examples as processes on a real PostgreSQL,
+/// each run in a database of its own.
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::sync::Arc;
+
+    use lockmacro_testkit::pgdb::PostgresDb;
+    use lockmacro_testkit::postgres::PostgresServer;
+
+    use super::{example, field, migrations_in, run};
+
+    /// A database with lockmacro's tables, and a runtime to look at it.
+    fn database() -> (PostgresDb, tokio::runtime::Runtime) {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let server = Arc::new(PostgresServer::start());
+        (runtime.block_on(PostgresDb::create(server)), runtime)
+    }
+
+    fn count(db: &PostgresDb, runtime: &tokio::runtime::Runtime, table: &str) -> u64 {
+        let sql = format!("SELECT count(*)::text FROM {table}");
+        let rows = runtime.block_on(db.column(&sql));
+        rows[0].as_deref().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn billing_as_processes_on_postgres_charges_everyone_once() {
+        let (db, runtime) = database();
+        let mut command = example("billing");
+        command
+            .env("DATABASE_URL", db.url())
+            .args(["--instances", "3", "--users", "40"]);
+        let output = run(command);
+        assert!(
+            output.contains("separate processes on PostgreSQL"),
+            "{output}"
+        );
+        assert_eq!(field(&output, "charges made"), 40, "{output}");
+        assert_eq!(field(&output, "double charges"), 0, "{output}");
+        assert_eq!(
+            count(&db, &runtime, "demo_audit"),
+            40,
+            "the audit log in PostgreSQL disagrees with the table"
+        );
+        assert_eq!(
+            count(&db, &runtime, "lockmacro_locks"),
+            0,
+            "a lock was left"
+        );
+    }
+
+    fn migrations(crash: bool) {
+        let (db, runtime) = database();
+        let output = migrations_in(Some(("DATABASE_URL", &db.url())), crash);
+        assert!(
+            output.contains("separate processes on PostgreSQL"),
+            "{output}"
+        );
+        assert_eq!(
+            count(&db, &runtime, "demo_migrations"),
+            4,
+            "the migration table in PostgreSQL disagrees:\n{output}"
+        );
+    }
+
+    #[test]
+    fn migrations_as_processes_on_postgres_run_once() {
+        migrations(false);
+    }
+
+    #[test]
+    fn migrations_as_processes_on_postgres_are_taken_over_after_a_crash() {
+        migrations(true);
+    }
 }
 
 fn fencing(redis: Option<&RedisServer>) -> String {

@@ -16,6 +16,7 @@ mod doc_examples;
 mod downgrade;
 mod election;
 mod error;
+#[cfg(feature = "redis")]
 mod fenced;
 mod global;
 mod guard;
@@ -56,14 +57,17 @@ pub use crate::backend::SentinelBackend;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use crate::backend::{EtcdBackend, EtcdConfig};
-pub use crate::backend::{
-    HeldAs, Holder, Inspection, MemoryBackend, RedisBackend, RedisConfig, RedlockBackend, Scripts,
-};
+pub use crate::backend::{HeldAs, Holder, Inspection, MemoryBackend};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::backend::{POSTGRES_MIGRATION, PostgresBackend, PostgresConfig};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use crate::backend::{RedisBackend, RedisConfig, RedlockBackend, Scripts};
 pub use crate::election::{Election, LeaderInfo, Leadership, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::fenced::{FencedStore, FencedValue};
 pub use crate::global::{global, set_global};
 pub use crate::guard::LockGuard;

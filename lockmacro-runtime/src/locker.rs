@@ -9,7 +9,9 @@ use crate::options::Fencing;
 use crate::registry::{Registry, shut_down};
 use crate::wait::{First, Request, Wait};
 use crate::watchdog::Watchdog;
-use crate::{Lock, LockError, MemoryBackend, ObtainOptions, RedisBackend, RedlockBackend};
+use crate::{Lock, LockError, MemoryBackend, ObtainOptions};
+#[cfg(feature = "redis")]
+use crate::{RedisBackend, RedlockBackend};
 
 /// Takes locks on one backend, under an optional namespace.
 ///
@@ -86,6 +88,8 @@ impl Locker {
     /// let locker = lockmacro_runtime::Locker::connect("redis://127.0.0.1:6379/").await?;
     /// # let _ = locker; Ok(()) }
     /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Ok(Locker::new(RedisBackend::connect(url).await?))
     }
@@ -107,6 +111,8 @@ impl Locker {
     /// let locker = Locker::from_manager(manager.clone(), client).await;
     /// # let _ = locker; Ok(()) }
     /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub async fn from_manager(
         manager: redis::aio::ConnectionManager,
         client: redis::Client,
@@ -196,6 +202,8 @@ impl Locker {
     /// .await?;
     /// # let _ = locker; Ok(()) }
     /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub async fn redlock(
         urls: impl IntoIterator<Item = impl AsRef<str>>,
     ) -> Result<Self, LockError> {

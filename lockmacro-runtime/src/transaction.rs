@@ -31,7 +31,7 @@ use crate::{LockError, Locker, ObtainOptions};
 /// let lock = locker.obtain_in(&mut tx, "account:7", Duration::from_secs(10), ObtainOptions::new().fence()).await?;
 /// sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 7").execute(&mut *tx).await?;
 /// tx.commit().await?; // the write and the end of the lock, at once
-/// assert!(lock.fence().is_some());
+/// assert!(lock.fence_token().is_some());
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -60,13 +60,27 @@ impl TransactionLock {
     ///
     /// ```no_run
     /// # fn demo(lock: lockmacro_runtime::TransactionLock) {
-    /// if let Some(token) = lock.fence() {
+    /// if let Some(token) = lock.fence_token() {
     ///     println!("token {token}");
     /// }
     /// # }
     /// ```
-    pub fn fence(&self) -> Option<u64> {
+    pub fn fence_token(&self) -> Option<u64> {
         self.fence
+    }
+
+    /// The fencing token under its former name: now
+    /// [`fence_token`](Self::fence_token), as on [`Lock`](crate::Lock).
+    ///
+    /// ```no_run
+    /// # #![allow(deprecated)]
+    /// # fn demo(lock: lockmacro_runtime::TransactionLock) {
+    /// assert_eq!(lock.fence(), lock.fence_token());
+    /// # }
+    /// ```
+    #[deprecated(note = "use fence_token()")]
+    pub fn fence(&self) -> Option<u64> {
+        self.fence_token()
     }
 
     /// The ttl it was taken with: the longest the transaction may sit idle,

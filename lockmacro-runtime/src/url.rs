@@ -179,10 +179,10 @@ impl Locker {
 /// A locker on `target`, which `url` names.
 async fn open(url: &str, target: Target) -> Result<Locker, LockError> {
     match target {
-        Target::Redis(url) => Locker::connect(&url).await,
+        Target::Redis(url) => redis(&url).await,
         Target::Cluster(seeds) => cluster(url, seeds).await,
         Target::Sentinel { master, sentinels } => sentinel(url, &master, sentinels).await,
-        Target::Redlock(urls) => Locker::redlock(urls).await,
+        Target::Redlock(urls) => redlock(url, urls).await,
         Target::Etcd(endpoints) => etcd(url, endpoints).await,
         Target::Postgres(url) => postgres(&url).await,
     }
@@ -191,6 +191,7 @@ async fn open(url: &str, target: Target) -> Result<Locker, LockError> {
 /// The error of a URL whose backend this build was compiled without.
 #[cfg_attr(
     all(
+        feature = "redis",
         feature = "cluster",
         feature = "sentinel",
         feature = "etcd",
@@ -206,6 +207,26 @@ fn missing(url: &str, feature: &str) -> LockError {
              lockmacro-runtime"
         ),
     }
+}
+
+#[cfg(feature = "redis")]
+async fn redis(url: &str) -> Result<Locker, LockError> {
+    Locker::connect(url).await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis(url: &str) -> Result<Locker, LockError> {
+    Err(missing(url, "redis"))
+}
+
+#[cfg(feature = "redis")]
+async fn redlock(_: &str, urls: Vec<String>) -> Result<Locker, LockError> {
+    Locker::redlock(urls).await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redlock(url: &str, _: Vec<String>) -> Result<Locker, LockError> {
+    Err(missing(url, "redis"))
 }
 
 #[cfg(feature = "cluster")]

@@ -243,7 +243,7 @@ async fn fence_tokens_increase_across_keys_leases_and_transactions() {
                 "in",
             );
             tx.commit().await.unwrap();
-            lock.fence().expect("fenced")
+            lock.fence_token().expect("fenced")
         };
         assert!(
             token > last,
@@ -256,7 +256,7 @@ async fn fence_tokens_increase_across_keys_leases_and_transactions() {
         locker.obtain_in(&mut tx, "d", TTL, once()).await,
         "unfenced",
     );
-    assert_eq!(unfenced.fence(), None);
+    assert_eq!(unfenced.fence_token(), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,7 +325,7 @@ async fn transaction_locks_count_without_loss_through_pgbouncer_in_transaction_m
                     .obtain_in(&mut tx, "counter", TTL, patient().fence())
                     .await
                     .unwrap();
-                let token = lock.fence().unwrap();
+                let token = lock.fence_token().unwrap();
                 assert!(token > last, "token {token} after {last}");
                 last = token;
                 // A read, then a write of what was read: only exclusion
@@ -512,7 +512,7 @@ async fn shares_fence_tokens_come_from_the_shared_sequence() {
                     "in",
                 );
                 tx.commit().await.unwrap();
-                lock.fence().expect("fenced")
+                lock.fence_token().expect("fenced")
             }
             _ => {
                 let write = fx.check(

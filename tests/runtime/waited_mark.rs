@@ -226,6 +226,7 @@ async fn a_retry_after_a_waiter_marked_the_value_is_taken_as_the_same_attempt() 
 /// it, on the same channel, is the first one a listener hears
 /// (PostgreSQL delivers notifications in the order their transactions
 /// commit).
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_only_a_marked_holder_s_release_notifies() {
     use sqlx::postgres::PgListener;
@@ -293,6 +294,7 @@ async fn on_postgres_only_a_marked_holder_s_release_notifies() {
 
 /// The payload of the next notification `listener` hears, past the probe a
 /// backend's listener sends itself to check that it hears.
+#[cfg(feature = "postgres")]
 async fn next_heard(listener: &mut sqlx::postgres::PgListener) -> String {
     loop {
         let heard = listener.recv().await.unwrap();

@@ -5,10 +5,11 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, ServerErrorKind};
 
+use super::redact;
 use super::redis::retry::Policy;
 use super::redis::{
     Companions, Failure, Load, Protocol, Transport, Wakeups, backend_error, not_redis, open_client,
-    prepare_tls, redact, speaks_protocol,
+    prepare_tls, speaks_protocol,
 };
 use super::slot::{check_same_slot, slot};
 use crate::error::{BackendError, BackendErrorKind};

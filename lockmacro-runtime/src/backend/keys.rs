@@ -74,12 +74,14 @@ fn derived_from(key: &str) -> Option<(&str, &'static str)> {
 /// True for a name the backend keeps beside a lock (its fence counter, fair
 /// queue or waiters flag) rather than a lock key: what a listing of keys
 /// leaves out.
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) fn is_companion(key: &str) -> bool {
     derived_from(key).is_some()
 }
 
 /// `prefix` as a Redis `SCAN MATCH` pattern for the keys that start with
 /// it: its glob characters escaped, then `*`.
+#[cfg(feature = "redis")]
 pub(crate) fn prefix_pattern(prefix: &str) -> String {
     let mut pattern = String::with_capacity(prefix.len() + 1);
     for c in prefix.chars() {
@@ -178,6 +180,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "redis")]
     #[test]
     fn prefix_pattern_matches_the_prefix_literally() {
         assert_eq!(prefix_pattern(""), "*");

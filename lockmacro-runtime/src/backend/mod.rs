@@ -1,8 +1,9 @@
 //! The storage a [`Locker`](crate::Locker) runs on.
 //!
-//! [`RedisBackend`] (one server), `SentinelBackend` (Redis Sentinel, feature
-//! `sentinel`), `ClusterBackend` (Redis Cluster, feature `cluster`), [`RedlockBackend`]
-//! (independent masters, by majority), `EtcdBackend` (an etcd cluster,
+//! `RedisBackend` (one server), `SentinelBackend` (Redis Sentinel, feature
+//! `sentinel`), `ClusterBackend` (Redis Cluster, feature `cluster`), `RedlockBackend`
+//! (independent masters, by majority; these two with the default feature
+//! `redis`), `EtcdBackend` (an etcd cluster,
 //! feature `etcd`), `PostgresBackend` (a PostgreSQL database, feature
 //! `postgres`) and [`MemoryBackend`] ship with the crate. Another store can be plugged in by implementing
 //! [`Backend`]; it must give the same guarantees: a key is held by at most one
@@ -19,11 +20,15 @@ mod inspect;
 mod keys;
 mod listener;
 mod memory;
-#[cfg(feature = "tls-rustls")]
+// What the TLS of Redis and of etcd share.
+#[cfg(all(feature = "tls-rustls", any(feature = "redis", feature = "etcd")))]
 mod pem;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod redact;
+#[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
 mod redlock;
 mod request;
 #[cfg(feature = "sentinel")]
@@ -47,10 +52,17 @@ pub(crate) use self::postgres::acquire_in;
 pub use self::postgres::{
     POSTGRES_MAX_KEY_LEN, POSTGRES_MIGRATION, PostgresBackend, PostgresConfig,
 };
+pub(crate) use self::redact::redact;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::{RedisBackend, RedisConfig, Scripts};
-pub(crate) use self::redis::{ServerConn, open_connection, redact, send_once_more};
+#[cfg(feature = "redis")]
+pub(crate) use self::redis::{ServerConn, open_connection, send_once_more};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redlock::RedlockBackend;
 pub use self::request::{AcquireRequest, Acquired, RefreshRequest, Share, TOKEN_LEN};
+#[cfg(feature = "redis")]
 pub(crate) use self::request::{WAITED_MARK, unmarked};
 #[cfg(feature = "sentinel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]

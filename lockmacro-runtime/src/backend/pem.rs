@@ -1,10 +1,19 @@
-//! What the Redis and etcd TLS settings share: the check that a certificate
-//! chain in PEM holds at least one certificate and nothing unreadable, and
-//! what a server's alert says of the client's certificate. Each backend
+//! What the Redis and etcd TLS settings share: the crypto provider, the
+//! check that a certificate chain in PEM holds at least one certificate and
+//! nothing unreadable, and what a server's alert says of the client's
+//! certificate. Each backend
 //! words the error with the setting it was given to.
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+
+/// Makes *ring* the process's rustls crypto provider, unless one is already
+/// installed. rustls picks a provider by itself only when exactly one is
+/// compiled in; another crate of the program may bring `aws-lc-rs` as well,
+/// and TLS connections would then fail.
+pub(crate) fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 
 /// Why `pem` cannot be used as certificates, or `None` when it can.
 pub(crate) fn certificates_problem(pem: &[u8]) -> Option<String> {

@@ -20,9 +20,11 @@ pub const TOKEN_LEN: usize = 32;
 /// `scripts/mark.lua`, which defines it for the scripts). No token ends with
 /// it; whoever compares a whole value, or shows its metadata, accepts or
 /// drops one trailing mark.
+#[cfg(feature = "redis")]
 pub(crate) const WAITED_MARK: &str = "\0";
 
 /// `value` without its trailing [`WAITED_MARK`], if it has one.
+#[cfg(feature = "redis")]
 pub(crate) fn unmarked(value: &str) -> &str {
     value.strip_suffix(WAITED_MARK).unwrap_or(value)
 }

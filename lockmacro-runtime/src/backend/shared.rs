@@ -157,6 +157,7 @@ macro_rules! inner {
 }
 
 /// For [`forward!`]: the call boxes the backend's inherent async method.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "postgres"))]
 macro_rules! boxed {
     ($self:ident, $verb:literal, $subject:expr, $method:ident($($arg:ident),*)) => {
         Box::pin($self.$method($($arg),*))
@@ -187,9 +188,11 @@ macro_rules! as_any_waiter {
     }};
 }
 
+#[cfg(any(feature = "redis", feature = "etcd", feature = "postgres"))]
+pub(super) use boxed;
+pub(super) use forward;
 #[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(super) use {as_any_waiter, batch_of_one};
-pub(super) use {boxed, forward};
 
 /// A shared backend: several [`Locker`](crate::Locker)s built with
 /// `Locker::new(backend.clone())` contend on the same locks.

@@ -5,7 +5,7 @@ use percent_encoding::percent_decode_str;
 
 use super::config::Credentials;
 use crate::LockError;
-use crate::backend::redis::redact;
+use crate::backend::redact;
 
 /// One member, as the client dials it.
 #[derive(Debug, PartialEq, Eq)]

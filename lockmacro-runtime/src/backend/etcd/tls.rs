@@ -9,8 +9,9 @@ use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject;
 
 use crate::LockError;
-use crate::backend::pem::{ClientCertificate, certificates_problem, client_certificate};
-use crate::backend::redis::install_crypto_provider;
+use crate::backend::pem::{
+    ClientCertificate, certificates_problem, client_certificate, install_crypto_provider,
+};
 use crate::error::{BackendError, BackendErrorKind};
 
 /// PEM text given as is, or the file to read it from when connecting.

@@ -456,7 +456,7 @@ fn session_ended(err: &sqlx::Error) -> bool {
 /// nothing here reads a float), which a stock PgBouncer refuses.
 fn parse(url: &str) -> Result<PgConnectOptions, LockError> {
     let invalid = |reason: String| LockError::InvalidUrl {
-        url: crate::backend::redis::redact(url),
+        url: crate::backend::redact(url),
         reason,
     };
     match url.split_once("://") {

@@ -3,13 +3,14 @@
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError};
 
 use super::config::RedisConfig;
-use super::errors::{TLS_SILENCE, backend_error, not_redis, redact};
+use super::errors::{TLS_SILENCE, backend_error, not_redis};
 use super::scripts::{
     ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
     RELEASE_LUA, REMAINING_LUA,
 };
 use super::server_conn::{Reopening, ServerConn};
 use crate::LockError;
+use crate::backend::redact;
 use crate::error::{BackendError, BackendErrorKind};
 
 /// Makes TLS usable for `url` if it asks for it (`rediss://`): installs the
@@ -31,7 +32,7 @@ pub(in crate::backend) fn enable_tls(url: &str) -> Result<(), LockError> {
     #[cfg(feature = "tls-rustls")]
     {
         let _ = url;
-        super::tls::install_crypto_provider();
+        crate::backend::pem::install_crypto_provider();
         Ok(())
     }
     #[cfg(not(feature = "tls-rustls"))]

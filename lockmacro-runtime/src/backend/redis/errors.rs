@@ -7,18 +7,6 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::error::{BackendError, BackendErrorKind};
 
-/// The URL with its password hidden, for error messages.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// Why a call failed.
 #[derive(Debug, Clone)]
 pub(in crate::backend) enum Failure {
@@ -163,18 +151,3 @@ fn permission_fix(denied: &str) -> String {
 /// greeting as the start of a command and waits for the rest.
 pub(in crate::backend) const TLS_SILENCE: &str = " (the TLS handshake got no reply: if the port is not the \
                            server's `tls-port`, use a `redis://` URL)";
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn redact_hides_the_password_only() {
-        assert_eq!(
-            redact("redis://app:s3cret@host:6379/0"),
-            "redis://app:***@host:6379/0"
-        );
-        assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
-    }
-}

@@ -25,9 +25,6 @@ pub use self::capabilities::Scripts;
 pub use self::config::RedisConfig;
 pub(crate) use self::connect::open_connection;
 pub(crate) use self::server_conn::ServerConn;
-// The etcd backend's `https://` members share the process's provider.
-#[cfg(all(feature = "tls-rustls", feature = "etcd"))]
-pub(super) use self::tls::install_crypto_provider;
 // What the cluster and Sentinel backends share with this one.
 #[cfg(feature = "sentinel")]
 pub(super) use self::connect::enable_tls;
@@ -36,7 +33,6 @@ pub(super) use self::connect::open_client;
 pub(super) use self::connect::prepare_tls;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::errors::backend_error;
-pub(crate) use self::errors::redact;
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]
 pub(super) use self::errors::{Failure, not_redis};
 #[cfg_attr(not(feature = "cluster"), allow(unused_imports))]

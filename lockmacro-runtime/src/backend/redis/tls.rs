@@ -51,14 +51,6 @@ impl std::fmt::Debug for ClientIdentity {
     }
 }
 
-/// Makes *ring* the process's rustls crypto provider, unless one is already
-/// installed. rustls picks a provider by itself only when exactly one is
-/// compiled in; another crate of the program may bring `aws-lc-rs` as well,
-/// and TLS connections would then fail.
-pub(in crate::backend) fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// The certificates to trust and to present, checked: `server` names the
 /// server in the error when one cannot be used. `None` without either: the
 /// connection needs no settings of its own.

@@ -11,7 +11,8 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use self::fanout::{Answer, Tally, Votes};
-use crate::backend::redis::{Lua, RedisBackend, redact};
+use crate::backend::redact;
+use crate::backend::redis::{Lua, RedisBackend};
 use crate::backend::shared::{boxed, forward};
 use crate::backend::{AcquireRequest, Acquired, Backend, BoxFuture, RefreshRequest};
 use crate::error::{BackendError, BackendErrorKind};

@@ -9,7 +9,7 @@ use redis::{
 };
 
 use crate::backend::BoxFuture;
-use crate::backend::redis::redact;
+use crate::backend::redact;
 use crate::error::{BackendError, BackendErrorKind};
 use crate::{LockError, RedisConfig};
 
