@@ -168,6 +168,14 @@ impl HoldOptions {
         self
     }
 
+    /// Keeps the key from anyone else for `delay` after the lease runs out
+    /// without a release (`lock_delay = …`); see
+    /// [`ObtainOptions::lock_delay`].
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.obtain = self.obtain.lock_delay(delay);
+        self
+    }
+
     /// Stops renewing after this long (`max_hold = …`); see
     /// [`ObtainOptions::max_hold`].
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
@@ -365,7 +373,7 @@ async fn finish(guard: LockGuard, hold_at_least: Option<Duration>) {
     let until = hold_at_least.map(|hold| lease.acquired_at + hold);
     let result = match until {
         Some(until) if until > Instant::now() && !guard.is_lost() => {
-            let result = lease.refresh(until - Instant::now()).await;
+            let result = lease.expire_in(until - Instant::now()).await;
             lease.leave_to_expire();
             result
         }

@@ -61,6 +61,9 @@ pub(crate) struct Lease {
     /// A share of the key (a permit, a read, the write), or `None`: the key.
     /// What it holds now is [`Lease::share`].
     pub(crate) share: Option<Share>,
+    /// Added to every ttl sent for the lease, never to its deadline: the
+    /// server keeps the key this much longer unless it is released.
+    pub(crate) lock_delay: Duration,
     /// Set once the write was downgraded to a read; never cleared.
     pub(crate) downgraded: AtomicBool,
     pub(crate) acquired_at: Instant,
@@ -386,6 +389,17 @@ impl Lease {
     /// no later than `sent + ttl` less the drift margin once it is sent (see
     /// [`Timing`]), and later refreshes ask for `ttl`.
     pub(crate) async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
+        self.refresh_for(ttl, self.lock_delay).await
+    }
+
+    /// Refreshes the lease so that the key expires `ttl` from now, without
+    /// the lock delay: for a holder that is done with the key and leaves it
+    /// to run out (`hold_at_least`), which is no vanished holder.
+    pub(crate) async fn expire_in(&self, ttl: Duration) -> Result<(), LockError> {
+        self.refresh_for(ttl, Duration::ZERO).await
+    }
+
+    async fn refresh_for(&self, ttl: Duration, delay: Duration) -> Result<(), LockError> {
         check_duration(self.key(), "ttl", ttl)?;
         if self.is_revoked() {
             return Err(crate::registry::shut_down(self.key()));
@@ -393,7 +407,7 @@ impl Lease {
         let flight = self.sending(ttl, true);
         let refreshed = self
             .backend
-            .refresh(self.wire_keys(), self.token(), ttl)
+            .refresh(self.wire_keys(), self.token(), ttl + delay)
             .await
             .map_err(|err| self.named(err))
             .inspect_err(|err| metrics::failed(self.labels(), metrics::Op::Refresh, err))?;
@@ -500,7 +514,10 @@ impl Lease {
         };
         let ttl = self.timing().ttl;
         let flight = self.sending(ttl, false);
-        match queue.confirm(&self.wire_keys()[0], self.token(), ttl).await {
+        match queue
+            .confirm(&self.wire_keys()[0], self.token(), flight.wire_ttl())
+            .await
+        {
             Ok(true) => flight.confirmed(),
             Ok(false) if !self.done.load(Ordering::Acquire) => flight.refused(),
             Ok(false) => flight.answered(),
@@ -570,9 +587,9 @@ pub(crate) struct InFlight<'a> {
 }
 
 impl InFlight<'_> {
-    /// The ttl it asks for.
-    pub(crate) fn ttl(&self) -> Duration {
-        self.ttl
+    /// The ttl to send: the one it counts, and the lease's lock delay.
+    pub(crate) fn wire_ttl(&self) -> Duration {
+        self.ttl + self.lease.lock_delay
     }
 
     /// The backend confirmed it: the deadline moves to what it left.

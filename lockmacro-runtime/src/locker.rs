@@ -428,6 +428,10 @@ impl Locker {
         if let Some(hold) = opts.max_hold {
             check_duration(first, "max_hold", hold)?;
         }
+        if !opts.lock_delay.is_zero() {
+            check_duration(first, "lock_delay", opts.lock_delay)?;
+            check_duration(first, "ttl plus lock_delay", ttl + opts.lock_delay)?;
+        }
         let keys: Arc<[String]> = keys.into();
         let namespaced: Option<Arc<[String]>> =
             (!self.prefix.is_empty()).then(|| keys.iter().map(|key| self.wire_key(key)).collect());

@@ -38,6 +38,9 @@ pub struct ObtainOptions {
     pub(crate) replica_timeout: Option<Duration>,
     /// A share of the key (a permit, a read or the write), not the whole key.
     pub(crate) share: Option<Share>,
+    /// How much longer than the lease the server keeps the key (zero: not
+    /// at all); a release frees it at once.
+    pub(crate) lock_delay: Duration,
 }
 
 /// Whether a fencing token is minted with the lock, and where its counter lives.
@@ -151,6 +154,32 @@ impl ObtainOptions {
     /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Keeps the key from anyone else for `delay` after the lease runs out
+    /// without a release (a holder that crashed, hung or lost its network),
+    /// so that what it was still doing can drain before the next holder
+    /// acts, as Consul's lock-delay and Chubby's do. A release frees the
+    /// key at once, and the holder's own deadline does not move: the
+    /// server is asked for the ttl plus `delay`, on the acquire and on
+    /// every refresh, while the holder trusts the ttl alone. Zero (the
+    /// default): none.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, ObtainOptions};
+    ///
+    /// let locker = Locker::memory();
+    /// let opts = ObtainOptions::new().lock_delay(Duration::from_secs(15));
+    /// let lock = locker.obtain("payments", Duration::from_secs(10), opts).await?;
+    /// lock.release().await?; // freed at once: the delay is for holders that vanish
+    /// assert!(locker.obtain("payments", Duration::from_secs(10), ObtainOptions::new()).await.is_ok());
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
         self
     }
 }

@@ -117,7 +117,7 @@ impl Locker {
     /// `opts` may wait ([`ObtainOptions::retry`]) and ask for a fencing
     /// token ([`ObtainOptions::fence`], [`ObtainOptions::fence_key`]: either
     /// way, from the shared sequence). `fair`, permits, read-write shares,
-    /// replicas, `max_hold` and metadata are refused: the lock has no row to
+    /// replicas, `max_hold`, `lock_delay` and metadata are refused: the lock has no row to
     /// keep them in and no watchdog. The transaction must be `READ
     /// COMMITTED` (PostgreSQL's default), so that it sees leases committed
     /// after it began; another isolation level is refused by the server.
@@ -219,6 +219,7 @@ fn check_options(locker: &Locker, key: &str, opts: &ObtainOptions) -> Result<(),
             (opts.share.is_some(), "permits and read-write shares"),
             (opts.replicas > 0, "`replicas`"),
             (opts.max_hold.is_some(), "`max_hold`"),
+            (!opts.lock_delay.is_zero(), "`lock_delay`"),
             (!opts.metadata.is_empty(), "metadata"),
         ]
         .into_iter()

@@ -288,7 +288,7 @@ impl<'a> Wait<'a> {
         let acquire = AcquireRequest {
             keys: request.wire_keys(),
             value: &request.value,
-            ttl: request.ttl,
+            ttl: request.ttl + opts.lock_delay,
             fence_key: request.fence_key.as_deref(),
             queue_for,
             replicas: opts.replicas,
@@ -508,7 +508,11 @@ impl<'a> Wait<'a> {
         let confirm = Instant::now();
         if request
             .backend
-            .refresh(request.wire_keys(), request.token(), ttl)
+            .refresh(
+                request.wire_keys(),
+                request.token(),
+                ttl + request.opts.lock_delay,
+            )
             .await?
         {
             if request.trusted(confirm) {
@@ -550,6 +554,7 @@ impl<'a> Wait<'a> {
             metadata: request.opts.metadata.clone(),
             fence,
             share: request.opts.share,
+            lock_delay: request.opts.lock_delay,
             downgraded: AtomicBool::new(false),
             acquired_at,
             hold_until,

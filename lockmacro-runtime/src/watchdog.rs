@@ -321,7 +321,7 @@ async fn refresh(leases: Vec<(u64, Arc<Lease>)>) -> Vec<(u64, Outcome)> {
         .iter()
         .zip(&flights)
         .map(|((_, lease), flight)| {
-            RefreshRequest::new(lease.wire_keys(), lease.token(), flight.ttl())
+            RefreshRequest::new(lease.wire_keys(), lease.token(), flight.wire_ttl())
         })
         .collect();
     let mut results = backend.refresh_many(&requests).await.into_iter();

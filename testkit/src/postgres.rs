@@ -364,9 +364,43 @@ impl PostgresServer {
     #[track_caller]
     pub fn pause(&self) {
         let postmaster = self.pid();
-        // The postmaster first: it starts no backend once stopped.
+        // The postmaster first: it starts no backend once stopped. A signal
+        // takes effect when the process next runs in user space, so it may
+        // still fork one meanwhile, on the other CPU: wait until it is
+        // stopped, then stop its children until none is left running.
         signal_all(postmaster, &[], libc::SIGSTOP);
-        signal_all(postmaster, &children(postmaster), libc::SIGSTOP);
+        self.until_stopped(postmaster);
+        let mut stopped = Vec::new();
+        loop {
+            let running: Vec<u32> = children(postmaster)
+                .into_iter()
+                .filter(|pid| !stopped.contains(pid))
+                .collect();
+            if running.is_empty() {
+                break;
+            }
+            for &pid in &running {
+                // SAFETY: a plain system call, to a child of the postmaster
+                // just read from `/proc`.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGSTOP);
+                }
+                self.until_stopped(pid);
+            }
+            stopped.extend(running);
+        }
+    }
+
+    /// Waits until `pid` is stopped (or gone).
+    #[track_caller]
+    fn until_stopped(&self, pid: u32) {
+        let deadline = Instant::now() + SIGNAL_TIMEOUT;
+        while stat_field(pid, 0).is_some_and(|state| state != "T" && state != "t" && state != "Z") {
+            if Instant::now() > deadline {
+                self.fail(format_args!("process {pid} did not stop after SIGSTOP"));
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Undoes [`pause`](Self::pause).

@@ -60,6 +60,7 @@ mod etcd_permits;
 mod failover;
 mod force_release;
 mod lease;
+mod lock_delay;
 mod network;
 mod pause;
 mod permits;
