@@ -77,30 +77,13 @@ where
     Fut: Future<Output = R>,
 {
     async move {
-        let options = options.metadata_or(default_metadata);
+        let options = options.metadata_or(crate::hold::default_metadata);
         let held = match locker {
             Ok(locker) => locker.hold_keys(keys, options, body).await,
             Err(err) => Err(err),
         };
         held.unwrap_or_else(on_failure)
     }
-}
-
-/// What a holder records when the attribute is given no `metadata`: this
-/// host's name and this process's id (`"web-3 pid 4242"`), read once per
-/// process, so that an operator inspecting a key sees who holds it.
-pub fn default_metadata() -> &'static str {
-    static DEFAULT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DEFAULT.get_or_init(|| {
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-            .or_else(|| std::env::var("COMPUTERNAME").ok())
-            .map(|host| host.trim().to_owned())
-            .filter(|host| !host.is_empty())
-            .unwrap_or_else(|| "unknown-host".to_owned());
-        format!("{host} pid {}", std::process::id())
-    })
 }
 
 fn skipped(err: &LockError) {

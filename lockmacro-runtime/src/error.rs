@@ -210,8 +210,10 @@ impl LockError {
 
     /// How long to wait before trying again, for a
     /// [`LockError::NotObtained`]: the holder's remaining lease, when the
-    /// backend told it (an HTTP handler's `Retry-After`). `None` for every
-    /// other error.
+    /// backend told it. `None` for every other error. A holder that renews
+    /// its lease (the watchdog of `#[distributed_lock]` and
+    /// [`Locker::hold`](crate::Locker::hold)) keeps it near its ttl: then
+    /// how long the holder's work takes is the better `Retry-After`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {

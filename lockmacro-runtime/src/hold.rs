@@ -114,10 +114,15 @@ impl HoldOptions {
 
     /// `metadata()` as the metadata, unless some was given.
     pub(crate) fn metadata_or(mut self, metadata: impl FnOnce() -> &'static str) -> Self {
-        if self.obtain.metadata.is_empty() {
+        if !self.has_metadata() {
             self.obtain.metadata = std::borrow::Cow::Borrowed(metadata());
         }
         self
+    }
+
+    /// Whether [`metadata`](Self::metadata) was given (and not empty).
+    pub(crate) fn has_metadata(&self) -> bool {
+        !self.obtain.metadata.is_empty()
     }
 
     /// Stores `metadata` with the lock; see [`ObtainOptions::metadata`].
@@ -382,4 +387,21 @@ async fn finish(guard: LockGuard, hold_at_least: Option<Duration>) {
     if let Err(err) = result {
         tracing::debug!(target: "lockmacro", error = %err, "release after the body");
     }
+}
+
+/// What a holder records when given no metadata: this host's name and this
+/// process's id (`"web-3 pid 4242"`), read once per process, so that an
+/// operator inspecting a key sees who holds it.
+pub(crate) fn default_metadata() -> &'static str {
+    static DEFAULT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DEFAULT.get_or_init(|| {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .or_else(|| std::env::var("COMPUTERNAME").ok())
+            .map(|host| host.trim().to_owned())
+            .filter(|host| !host.is_empty())
+            .unwrap_or_else(|| "unknown-host".to_owned());
+        format!("{host} pid {}", std::process::id())
+    })
 }

@@ -83,7 +83,9 @@ pub use crate::retry::RetryStrategy;
 pub use crate::signal::shutdown_signal;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub use crate::tower::{HttpResponses, LockLayer, LockResponses, LockService};
+pub use crate::tower::{
+    HostAndRequest, HttpResponses, LockLayer, LockResponses, LockService, RequestMetadata,
+};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::transaction::TransactionLock;

@@ -2,12 +2,15 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{HttpResponses, LockResponses};
+use super::hold_times::HoldTimes;
+use super::{HostAndRequest, HttpResponses, LockResponses, RequestMetadata};
 use crate::{HoldOptions, Locker};
 
 /// A tower layer that runs each request while holding a key computed from
@@ -23,11 +26,18 @@ use crate::{HoldOptions, Locker};
 /// client went away). A streamed body is sent after the release: lock what
 /// computes the response, not its transfer.
 ///
+/// Each lock records who holds it, for `lockmacro list` and
+/// [`Locker::inspect`]: by default the host, the process and the request
+/// ([`HostAndRequest`]: `web-3 pid 4242 POST /invoices/7/send`); see
+/// [`LockLayer::metadata`].
+///
 /// A request that does not get its key, or whose lease is lost while it
 /// runs (the inner future is then dropped, under the default
 /// [`OnLost::Abort`](crate::OnLost::Abort)), is answered by the layer's
-/// [`LockResponses`]: [`HttpResponses`] by default, `409` with `Retry-After`
-/// for a busy key and `503` for a lost lease or an unavailable lock store.
+/// [`LockResponses`]: [`HttpResponses`] by default, `409` with
+/// `Retry-After` (see [`LockLayer::retry_after`]) and a body naming the key
+/// for a busy key, `503` for a lost lease, a locker that was shut down or
+/// an unavailable lock store.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -62,11 +72,16 @@ use crate::{HoldOptions, Locker};
 /// [`LockLayer::responses`] (see [`LockResponses`] for the mapping).
 /// Each request that takes a key holds the inner service's readiness
 /// (it was cloned, ready, for this request) while it waits for the key.
-pub struct LockLayer<K, R = HttpResponses> {
+pub struct LockLayer<K, R = HttpResponses, M = HostAndRequest> {
     locker: Locker,
     options: HoldOptions,
     key: Arc<K>,
     responses: Arc<R>,
+    metadata: Arc<M>,
+    retry_after: Option<Duration>,
+    /// Shared by the layer's clones and the services it made: one mean per
+    /// layer.
+    hold_times: Arc<HoldTimes>,
 }
 
 impl<K> LockLayer<K> {
@@ -78,14 +93,18 @@ impl<K> LockLayer<K> {
             locker,
             options,
             key: Arc::new(key),
-            responses: Arc::new(HttpResponses),
+            responses: Arc::new(HttpResponses::default()),
+            metadata: Arc::new(HostAndRequest),
+            retry_after: None,
+            hold_times: Arc::default(),
         }
     }
 }
 
-impl<K, R> LockLayer<K, R> {
+impl<K, R, M> LockLayer<K, R, M> {
     /// Answers refused and lost requests with `responses` instead: any
-    /// `Fn(LockError) -> Response` or a [`LockResponses`] of your own.
+    /// `Fn(LockError) -> Response`, [`HttpResponses::plain_text`], or a
+    /// [`LockResponses`] of your own.
     ///
     /// ```
     /// use std::time::Duration;
@@ -108,37 +127,128 @@ impl<K, R> LockLayer<K, R> {
     /// let app: axum::Router = axum::Router::new().layer(layer);
     /// # let _ = app;
     /// ```
-    pub fn responses<R2>(self, responses: R2) -> LockLayer<K, R2> {
+    pub fn responses<R2>(self, responses: R2) -> LockLayer<K, R2, M> {
         LockLayer {
             locker: self.locker,
             options: self.options,
             key: self.key,
             responses: Arc::new(responses),
+            metadata: self.metadata,
+            retry_after: self.retry_after,
+            hold_times: self.hold_times,
+        }
+    }
+
+    /// Records what `metadata` returns for each request as the holder of
+    /// its key, instead of [`HostAndRequest`]: any `Fn(&Request) -> String`
+    /// or a [`RequestMetadata`] of your own. For the same text on every
+    /// request, give [`HoldOptions::metadata`] to [`LockLayer::new`]
+    /// instead; this replaces it.
+    ///
+    /// Clients refused meanwhile read it (see [`HttpResponses`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::extract::Request;
+    /// use lockmacro_runtime::{HoldOptions, LockLayer, Locker};
+    ///
+    /// let layer = LockLayer::new(
+    ///     Locker::memory(),
+    ///     HoldOptions::new(Duration::from_secs(30)),
+    ///     |_: &Request| Some("reports".to_owned()),
+    /// )
+    /// .metadata(|request: &Request| {
+    ///     let user = request.headers().get("x-user").and_then(|user| user.to_str().ok());
+    ///     format!("billing-api for {}", user.unwrap_or("anonymous"))
+    /// });
+    /// let app: axum::Router = axum::Router::new().layer(layer);
+    /// # let _ = app;
+    /// ```
+    pub fn metadata<M2>(self, metadata: M2) -> LockLayer<K, R, M2> {
+        LockLayer {
+            locker: self.locker,
+            // Given last, the closure wins over the options' fixed text.
+            options: self.options.metadata(""),
+            key: self.key,
+            responses: self.responses,
+            metadata: Arc::new(metadata),
+            retry_after: self.retry_after,
+            hold_times: self.hold_times,
+        }
+    }
+
+    /// Advises `retry_after` to every request refused because its key is
+    /// busy (`Retry-After`, in whole seconds rounded up, from
+    /// [`HttpResponses`]).
+    ///
+    /// Without it, the advice is how long this layer's own requests have
+    /// held their keys: a running mean over all its keys, which each
+    /// request that finishes moves an eighth of the way to its own time,
+    /// and a second until one has finished. Where the key is also taken
+    /// by others (a batch job, another service), or each key's requests
+    /// take very different times, give the value that suits the clients.
+    /// The holder's remaining lease is never used: the watchdog renews it
+    /// while the request runs, so it says nothing about when the key will
+    /// be free.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{HoldOptions, LockLayer, Locker};
+    ///
+    /// // Reports take about a minute to build.
+    /// let layer = LockLayer::new(
+    ///     Locker::memory(),
+    ///     HoldOptions::new(Duration::from_secs(30)),
+    ///     |_: &axum::extract::Request| Some("reports".to_owned()),
+    /// )
+    /// .retry_after(Duration::from_secs(60));
+    /// let app: axum::Router = axum::Router::new().layer(layer);
+    /// # let _ = app;
+    /// ```
+    pub fn retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// The options for `request`'s lock: the layer's, with its holder.
+    fn options_for<Req>(&self, request: &Req) -> HoldOptions
+    where
+        M: RequestMetadata<Req>,
+    {
+        let options = self.options.clone();
+        if options.has_metadata() {
+            options
+        } else {
+            options.metadata(self.metadata.metadata(request))
         }
     }
 }
 
-impl<K, R> Clone for LockLayer<K, R> {
+impl<K, R, M> Clone for LockLayer<K, R, M> {
     fn clone(&self) -> Self {
         LockLayer {
             locker: self.locker.clone(),
             options: self.options.clone(),
             key: Arc::clone(&self.key),
             responses: Arc::clone(&self.responses),
+            metadata: Arc::clone(&self.metadata),
+            retry_after: self.retry_after,
+            hold_times: Arc::clone(&self.hold_times),
         }
     }
 }
 
-impl<K, R> std::fmt::Debug for LockLayer<K, R> {
+impl<K, R, M> std::fmt::Debug for LockLayer<K, R, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockLayer")
             .field("options", &self.options)
+            .field("retry_after", &self.retry_after)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, K, R> Layer<S> for LockLayer<K, R> {
-    type Service = LockService<S, K, R>;
+impl<S, K, R, M> Layer<S> for LockLayer<K, R, M> {
+    type Service = LockService<S, K, R, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LockService {
@@ -150,12 +260,12 @@ impl<S, K, R> Layer<S> for LockLayer<K, R> {
 
 /// The service a [`LockLayer`] wraps around `S`: each request runs in `S`
 /// while its key is held.
-pub struct LockService<S, K, R = HttpResponses> {
+pub struct LockService<S, K, R = HttpResponses, M = HostAndRequest> {
     inner: S,
-    layer: LockLayer<K, R>,
+    layer: LockLayer<K, R, M>,
 }
 
-impl<S: Clone, K, R> Clone for LockService<S, K, R> {
+impl<S: Clone, K, R, M> Clone for LockService<S, K, R, M> {
     fn clone(&self) -> Self {
         LockService {
             inner: self.inner.clone(),
@@ -164,7 +274,7 @@ impl<S: Clone, K, R> Clone for LockService<S, K, R> {
     }
 }
 
-impl<S, K, R> std::fmt::Debug for LockService<S, K, R> {
+impl<S, K, R, M> std::fmt::Debug for LockService<S, K, R, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockService")
             .field("layer", &self.layer)
@@ -172,7 +282,7 @@ impl<S, K, R> std::fmt::Debug for LockService<S, K, R> {
     }
 }
 
-impl<S, K, R, Req> Service<Req> for LockService<S, K, R>
+impl<S, K, R, M, Req> Service<Req> for LockService<S, K, R, M>
 where
     S: Service<Req> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -181,6 +291,7 @@ where
     Req: Send + 'static,
     K: Fn(&Req) -> Option<String> + Send + Sync + 'static,
     R: LockResponses<S::Response> + Send + Sync + 'static,
+    M: RequestMetadata<Req>,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -198,15 +309,27 @@ where
         let Some(key) = (self.layer.key)(&request) else {
             return Box::pin(inner.call(request));
         };
+        let options = self.layer.options_for(&request);
         let locker = self.layer.locker.clone();
-        let options = self.layer.options.clone();
         let responses = Arc::clone(&self.layer.responses);
+        let retry_after = self.layer.retry_after;
+        let hold_times = Arc::clone(&self.layer.hold_times);
         Box::pin(async move {
+            let recorded = Arc::clone(&hold_times);
             let held = locker
-                .hold([key], options, move |_guard| inner.call(request))
+                .hold([key], options, move |_guard| async move {
+                    let start = Instant::now();
+                    let response = inner.call(request).await;
+                    recorded.record(start.elapsed());
+                    response
+                })
                 .await;
             match held {
                 Ok(response) => response,
+                Err(err) if err.is_not_obtained() => {
+                    let advice = retry_after.unwrap_or_else(|| hold_times.estimate());
+                    Ok(responses.respond_busy(err, advice))
+                }
                 Err(err) => Ok(responses.respond(err)),
             }
         })
