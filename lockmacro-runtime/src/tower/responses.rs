@@ -148,8 +148,9 @@ where
 ///
 /// with `namespace` when the locker has one, and `holder` (what the
 /// holder recorded: see [`LockLayer::metadata`](crate::LockLayer::metadata))
-/// when the lock store told it. The holder's metadata goes to the client:
-/// record nothing there that the client should not read. Every other
+/// only with [`with_holder`](HttpResponses::with_holder), and when the
+/// lock store told it: by default a holder records its host name, process
+/// id, method and path, which are the operator's business. Every other
 /// failure is `"type": "about:blank"`, with the status's reason as its
 /// title and the error's message as its detail; an error of the lock
 /// store itself says only that the store is unavailable, or that the lock
@@ -184,6 +185,8 @@ where
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HttpResponses {
     body: Body,
+    /// Whether a busy key's problem names its holder's metadata.
+    holder: bool,
 }
 
 /// How [`HttpResponses`] writes its bodies.
@@ -204,7 +207,31 @@ impl HttpResponses {
     pub fn problem_json() -> Self {
         HttpResponses {
             body: Body::Problem,
+            holder: false,
         }
+    }
+
+    /// Names the holder's metadata in a busy key's problem (`holder`), for
+    /// clients that may read what holders record.
+    ///
+    /// ```
+    /// use lockmacro_runtime::{HttpResponses, LockError, LockResponses};
+    ///
+    /// let busy = || LockError::NotObtained {
+    ///     key: "order:7".into(),
+    ///     namespace: String::new(),
+    ///     remaining: None,
+    ///     holder: Some("billing-api".into()),
+    /// };
+    /// let response: http::Response<String> = HttpResponses::default().respond(busy());
+    /// assert!(!response.body().contains("billing-api"));
+    /// let response: http::Response<String> =
+    ///     HttpResponses::default().with_holder().respond(busy());
+    /// assert!(response.body().contains(r#""holder":"billing-api""#));
+    /// ```
+    pub fn with_holder(mut self) -> Self {
+        self.holder = true;
+        self
     }
 
     /// Bodies as the error's message on one line
@@ -227,6 +254,7 @@ impl HttpResponses {
     pub fn plain_text() -> Self {
         HttpResponses {
             body: Body::PlainText,
+            holder: false,
         }
     }
 
@@ -244,7 +272,10 @@ impl HttpResponses {
             tracing::warn!(target: "lockmacro", error = %error, status = status.as_u16(), "request refused by its lock");
         }
         let (content_type, body) = match self.body {
-            Body::Problem => ("application/problem+json", problem(&error, status)),
+            Body::Problem => (
+                "application/problem+json",
+                problem(&error, status, self.holder),
+            ),
             Body::PlainText => ("text/plain; charset=utf-8", format!("{}\n", detail(&error))),
         };
         let mut response = Response::new(B::from(body));
@@ -294,7 +325,7 @@ fn detail(error: &LockError) -> String {
     }
 }
 
-fn problem(error: &LockError, status: StatusCode) -> String {
+fn problem(error: &LockError, status: StatusCode, show_holder: bool) -> String {
     match error {
         LockError::NotObtained {
             key,
@@ -308,7 +339,10 @@ fn problem(error: &LockError, status: StatusCode) -> String {
             if !namespace.is_empty() {
                 problem = problem.member("namespace", namespace);
             }
-            if let Some(holder) = holder.as_deref().filter(|holder| !holder.is_empty()) {
+            if let Some(holder) = holder
+                .as_deref()
+                .filter(|holder| show_holder && !holder.is_empty())
+            {
                 problem = problem.member("holder", holder);
             }
             problem.finish()
