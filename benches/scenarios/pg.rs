@@ -94,6 +94,19 @@ const LEASE_TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 const TTL_MS: i64 = TTL.as_millis() as i64;
 
+/// The lease table's take and give for `key`, as simple queries: the
+/// values written into the text.
+fn lease_simple(key: &str) -> (String, String) {
+    let key = format!("'{}'", key.replace('\'', "''"));
+    let token = format!("'{LEASE_TOKEN}'");
+    let take = LEASE_TAKE
+        .replace("$1", &key)
+        .replace("$2", &token)
+        .replace("$3", &TTL_MS.to_string());
+    let give = LEASE_GIVE.replace("$1", &key).replace("$2", &token);
+    (take, give)
+}
+
 /// The advisory lock's number for `key`.
 fn lock_id(key: &str) -> i64 {
     let mut hasher = DefaultHasher::new();
@@ -188,35 +201,21 @@ impl Cycles for Clients {
                 }
                 Variant::LeaseSimple => {
                     let mut conn = self.floor.acquire().await?;
-                    let quoted = key.replace('\'', "''");
-                    let take = LEASE_TAKE
-                        .replace("$1", &format!("'{quoted}'"))
-                        .replace("$2", &format!("'{LEASE_TOKEN}'"))
-                        .replace("$3", &TTL_MS.to_string());
+                    let (take, give) = lease_simple(key);
                     let taken = sqlx::raw_sql(AssertSqlSafe(take))
                         .fetch_optional(&mut *conn)
                         .await?;
                     assert!(taken.is_some(), "the lease table's key was taken");
-                    let give = LEASE_GIVE
-                        .replace("$1", &format!("'{quoted}'"))
-                        .replace("$2", &format!("'{LEASE_TOKEN}'"));
                     sqlx::raw_sql(AssertSqlSafe(give))
                         .execute(&mut *conn)
                         .await?;
                 }
                 Variant::LeasePerStatement => {
-                    let quoted = key.replace('\'', "''");
-                    let take = LEASE_TAKE
-                        .replace("$1", &format!("'{quoted}'"))
-                        .replace("$2", &format!("'{LEASE_TOKEN}'"))
-                        .replace("$3", &TTL_MS.to_string());
+                    let (take, give) = lease_simple(key);
                     let taken = sqlx::raw_sql(AssertSqlSafe(take))
                         .fetch_optional(&self.pooled)
                         .await?;
                     assert!(taken.is_some(), "the lease table's key was taken");
-                    let give = LEASE_GIVE
-                        .replace("$1", &format!("'{quoted}'"))
-                        .replace("$2", &format!("'{LEASE_TOKEN}'"));
                     sqlx::raw_sql(AssertSqlSafe(give))
                         .execute(&self.pooled)
                         .await?;

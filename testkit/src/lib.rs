@@ -33,6 +33,7 @@ pub mod etcd;
 pub mod etcd_secure;
 pub mod fixture;
 pub mod kind;
+pub mod logs;
 pub mod outside;
 #[cfg(feature = "postgres")]
 pub mod pgbouncer;

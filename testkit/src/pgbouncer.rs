@@ -82,6 +82,14 @@ impl PgBouncer {
         bouncer
     }
 
+    /// [`start`](Self::start) in front of `db`'s server, from async code.
+    pub async fn before(db: &crate::pgdb::PostgresDb, server_connections: u32) -> Self {
+        let port = db.server().port();
+        tokio::task::spawn_blocking(move || PgBouncer::start(port, server_connections))
+            .await
+            .expect("pgbouncer did not start")
+    }
+
     /// The URL of database `db` through PgBouncer.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)

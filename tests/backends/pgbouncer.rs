@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lockmacro_runtime::{Locker, ObtainOptions, PostgresBackend, PostgresConfig, RetryStrategy};
 use lockmacro_testkit::Fixture;
+use lockmacro_testkit::logs::Logs;
 use lockmacro_testkit::pgbouncer::PgBouncer;
 use lockmacro_testkit::witness::Witness;
 use tokio::time::Instant;
@@ -19,12 +20,7 @@ const ROUNDS: usize = 8;
 async fn contended_fenced_and_fair_locks_work_through_pgbouncer_in_transaction_mode() {
     let fx = Fixture::own_postgres().await;
     let db = fx.postgres_db().unwrap();
-    let bouncer = tokio::task::spawn_blocking({
-        let port = db.server().port();
-        move || PgBouncer::start(port, 2)
-    })
-    .await
-    .unwrap();
+    let bouncer = PgBouncer::before(db, 2).await;
     let witness = Arc::new(Witness::new(Duration::from_secs(2)));
     let mut workers = Vec::new();
     for id in 0..WORKERS {
@@ -89,12 +85,7 @@ async fn contended_fenced_and_fair_locks_work_through_pgbouncer_in_transaction_m
 async fn a_pool_that_sends_what_a_stock_pgbouncer_refuses_is_told_which_setting_to_add() {
     let fx = Fixture::own_postgres().await;
     let db = fx.postgres_db().unwrap();
-    let bouncer = tokio::task::spawn_blocking({
-        let port = db.server().port();
-        move || PgBouncer::start(port, 2)
-    })
-    .await
-    .unwrap();
+    let bouncer = PgBouncer::before(db, 2).await;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
         .connect_lazy(&bouncer.url(db.name()))
@@ -119,19 +110,6 @@ async fn a_pool_that_sends_what_a_stock_pgbouncer_refuses_is_told_which_setting_
     );
 }
 
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Without `listen_url`, the backend's `LISTEN` goes through PgBouncer in
 /// transaction mode, where nothing is heard. The listener finds that out,
 /// says so once (per backend), and waiters, plain and fair, poll by their retry
@@ -140,25 +118,11 @@ impl std::io::Write for Captured {
 /// so that the listener's task logs where this test captures.)
 #[tokio::test(flavor = "current_thread")]
 async fn through_pgbouncer_without_a_listen_url_waiters_poll_and_the_log_says_why() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer({
-            let captured = captured.clone();
-            move || captured.clone()
-        })
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let captured = Logs::capture(tracing::Level::WARN);
 
     let fx = Fixture::own_postgres().await;
     let db = fx.postgres_db().unwrap();
-    let bouncer = tokio::task::spawn_blocking({
-        let port = db.server().port();
-        move || PgBouncer::start(port, 2)
-    })
-    .await
-    .unwrap();
+    let bouncer = PgBouncer::before(db, 2).await;
     let connect = || async {
         let config = PostgresConfig::default().connect_timeout(Duration::from_secs(2));
         let backend = PostgresBackend::connect_with(&bouncer.url(db.name()), config).await;
@@ -192,7 +156,7 @@ async fn through_pgbouncer_without_a_listen_url_waiters_poll_and_the_log_says_wh
             .unwrap_or_else(|err| panic!("round {round}: the waiter was never woken: {err}"));
         lock.release().await.unwrap();
     }
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     // Once per backend that listened: two lockers, two backends.
     let said = logs.matches("wait by their retry strategy").count();
     assert!((1..=2).contains(&said), "{logs}");
@@ -207,12 +171,7 @@ async fn through_pgbouncer_without_a_listen_url_waiters_poll_and_the_log_says_wh
 async fn postgres_down_behind_pgbouncer_is_unreachable_and_transient() {
     let fx = Fixture::own_postgres().await;
     let db = fx.postgres_db().unwrap();
-    let bouncer = tokio::task::spawn_blocking({
-        let port = db.server().port();
-        move || PgBouncer::start(port, 2)
-    })
-    .await
-    .unwrap();
+    let bouncer = PgBouncer::before(db, 2).await;
     let config = PostgresConfig::default()
         .listen_url(db.url())
         .connect_timeout(Duration::from_secs(2))

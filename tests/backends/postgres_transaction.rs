@@ -300,12 +300,7 @@ async fn transaction_locks_count_without_loss_through_pgbouncer_in_transaction_m
     let db = fx.postgres_db().unwrap();
     db.execute("CREATE TABLE counter (n bigint NOT NULL); INSERT INTO counter VALUES (0)")
         .await;
-    let bouncer = tokio::task::spawn_blocking({
-        let port = db.server().port();
-        move || PgBouncer::start(port, 3)
-    })
-    .await
-    .unwrap();
+    let bouncer = PgBouncer::before(db, 3).await;
     let url = bouncer.url(db.name());
     let config = PostgresConfig::default().listen_url(db.url());
     let backend = PostgresBackend::connect_with(&url, config).await;

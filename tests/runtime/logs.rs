@@ -1,37 +1,14 @@
 //! What the runtime tells `tracing`: every step, with the key and never the
 //! token.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockmacro_runtime::{Locker, ObtainOptions, RetryStrategy};
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use lockmacro_testkit::logs::Logs;
 
 #[tokio::test(flavor = "current_thread")]
 async fn events_name_the_key_and_never_the_token() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer({
-            let captured = captured.clone();
-            move || captured.clone()
-        })
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let captured = Logs::capture(tracing::Level::TRACE);
 
     let locker = Locker::memory();
     // Tests on other threads hit the same callsites. One that registers a
@@ -40,10 +17,10 @@ async fn events_name_the_key_and_never_the_token() {
     // round), rebuilding the cache settles it, and the second round counts.
     steps(&locker).await;
     tracing::callsite::rebuild_interest_cache();
-    captured.0.lock().unwrap().clear();
+    captured.clear();
     let token = steps(&locker).await;
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     for event in [
         "obtained",
         "busy, retrying",

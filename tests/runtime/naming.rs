@@ -3,13 +3,12 @@
 //! longer held) or the backend (unreachable); and a skipped call logs the
 //! error once.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockmacro_runtime::{LockError, Locker, ObtainOptions, RedisBackend, RedisConfig};
 
 use lockmacro_testkit::RedisServer;
+use lockmacro_testkit::logs::Logs;
 
 const LONG: Duration = Duration::from_secs(30);
 const NAMED: &str = "`customer:42` (namespace `shop`)";
@@ -70,19 +69,6 @@ async fn every_error_names_the_key_as_given_with_its_namespace() {
     }
 }
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[lockmacro_runtime::distributed_lock(key = "{id}", ttl = "5s", locker = locker)]
 async fn report(locker: &Locker, id: &str) {
     let _ = (locker, id);
@@ -90,22 +76,12 @@ async fn report(locker: &Locker, id: &str) {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_skipped_call_logs_its_error_once() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::ERROR)
-        .with_ansi(false)
-        .with_writer({
-            let captured = captured.clone();
-            move || captured.clone()
-        })
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let captured = Logs::capture(tracing::Level::ERROR);
 
     // A key the locker refuses, known only at run time.
     report(&Locker::memory(), "").await;
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     let line = logs
         .lines()
         .find(|line| line.contains("skipped"))
