@@ -1,6 +1,7 @@
 //! The `metrics` feature: a scripted sequence of obtains, a busy key, a
 //! release, a lease lost to `max_hold` and one lost while Redis is frozen,
-//! read back through a recorder from `metrics-util`.
+//! read back through a recorder from `metrics-util`; every metric described,
+//! and listed in the guide.
 //!
 //! The scripted sequence reads a process-wide recorder; the outage test
 //! runs on one thread with a recorder of that thread's own, which takes
@@ -9,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lockmacro_runtime::{Locker, ObtainOptions, RedisBackend, RedisConfig};
+use lockmacro_runtime::{Locker, Next, ObtainOptions, RedisBackend, RedisConfig};
 use metrics_util::CompositeKey;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
@@ -241,14 +242,52 @@ async fn every_metric_has_a_description() {
         .await;
     assert!(busy.is_err_and(|err| err.is_not_obtained()));
     lock.release().await.unwrap();
+    // A leader's term that fails, then one that ends the campaign.
+    let mut first = true;
+    let ended = locker
+        .election("described", Duration::from_secs(5))
+        .backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .run(|term| {
+            let fail = std::mem::take(&mut first);
+            async move {
+                if fail {
+                    Next::Retry("the first term fails")
+                } else {
+                    Next::Stop(term.number())
+                }
+            }
+        })
+        .await;
+    assert!(ended.is_ok(), "{ended:?}");
 
     let snapshot = snapshotter.snapshot().into_vec();
-    assert!(snapshot.len() >= 6, "{snapshot:?}");
+    assert!(snapshot.len() >= 7, "{snapshot:?}");
     for (key, _, description, _) in snapshot {
         let name = key.key().name();
         assert!(
             description.is_some_and(|text| !text.is_empty()),
             "{name} has no description"
+        );
+    }
+}
+
+/// The guide's table of metrics names every metric the runtime records:
+/// each name quoted in `metrics.rs`, where they are all recorded.
+#[test]
+fn the_guide_lists_every_metric() {
+    let guide = include_str!("../lockmacro-runtime/src/guide/5-wire-and-observability.md");
+    let code = include_str!("../lockmacro-runtime/src/metrics.rs");
+    let names: std::collections::BTreeSet<&str> = code
+        .split("\"lockmacro_")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"'))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        assert!(
+            guide.contains(&format!("| `lockmacro_{name}` |")),
+            "the guide's table of metrics does not list `lockmacro_{name}`"
         );
     }
 }

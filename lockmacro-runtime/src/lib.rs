@@ -64,7 +64,7 @@ pub use crate::backend::{POSTGRES_MIGRATION, PostgresBackend, PostgresConfig};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::backend::{RedisBackend, RedisConfig, RedlockBackend, Scripts};
-pub use crate::election::{Election, LeaderInfo, Leadership, Term};
+pub use crate::election::{Election, IntoNext, LeaderInfo, Leadership, Next, Term};
 pub use crate::error::{BackendError, BackendErrorKind, LockError};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

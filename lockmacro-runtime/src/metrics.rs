@@ -167,6 +167,12 @@ pub(crate) fn describe() {
             Unit::Count,
             "Leases held now: obtained, and not yet given back, lost or dropped."
         );
+        describe_counter!(
+            "lockmacro_election_terms_failed_total",
+            Unit::Count,
+            "Terms of an election's leader loop that ended without ending the campaign, by \
+             reason (reason: body_error, lease_lost)."
+        );
     }
 }
 

@@ -19,17 +19,46 @@ use crate::policy::{OnLost, Output};
 use crate::values::{Fence, Mode};
 
 /// `#[distributed_lock(args)] item`. On a mistake, the function is emitted
-/// as written next to the errors, so rustc reports nothing else and the IDE
-/// keeps completing inside it.
+/// as written ([`as_written`]) next to the errors, so rustc reports nothing
+/// else and the IDE keeps completing inside it.
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     match expand(args, item.clone()) {
         Ok(tokens) => tokens,
         Err(err) => {
-            let mut tokens = item;
+            let mut tokens = match syn::parse2::<Function>(item.clone()) {
+                Ok(function) => as_written(function),
+                Err(_) => item,
+            };
             tokens.extend(err.into_compile_error());
             tokens
         }
     }
+}
+
+/// The function as written, with its parameters read first: the keys that
+/// read some of them are not generated, and rustc would otherwise warn that
+/// they are unused on top of the attribute's error.
+fn as_written(function: Function) -> TokenStream {
+    let Function {
+        attrs,
+        vis,
+        sig,
+        brace_token,
+        inner_attrs,
+        body,
+    } = function;
+    let params = Params::of(&sig);
+    let receiver = params.receiver().then(|| quote!(&self,));
+    let names = params.names().iter().map(|name| quote!(&#name,));
+    let read = match (receiver, params.names()) {
+        (None, []) => TokenStream::new(),
+        (receiver, _) => quote!(let _ = (#receiver #(#names)*);),
+    };
+    let mut tokens = quote!(#(#attrs)* #vis #sig);
+    brace_token.surround(&mut tokens, |tokens| {
+        tokens.extend(quote!(#(#inner_attrs)* #read #body));
+    });
+    tokens
 }
 
 fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {

@@ -53,6 +53,16 @@ impl Params {
         params
     }
 
+    /// Whether the function takes `self`.
+    pub(crate) fn receiver(&self) -> bool {
+        self.receiver
+    }
+
+    /// The names its parameters bind, in order.
+    pub(crate) fn names(&self) -> &[Ident] {
+        &self.names
+    }
+
     /// What a message suggests instead of a name that is not a parameter.
     fn suggestion(&self) -> String {
         let receiver = self.receiver.then(|| "`self`".to_owned());
@@ -253,7 +263,9 @@ fn placeholder(lit: &LitStr, open: char, source: &str, close: char) -> syn::Resu
             ),
         ));
     }
-    LitStr::new(source, lit.span()).parse::<Expr>().map_err(|err| {
+    LitStr::new(source, Span::call_site().located_at(lit.span()))
+        .parse::<Expr>()
+        .map_err(|err| {
         // A format spec such as `{id:?}` is the likely mistake.
         let message = if source.replace("::", "").contains(':') {
             format!(

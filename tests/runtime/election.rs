@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockmacro_runtime::{LeaderInfo, Leadership, LockError, Locker};
+use lockmacro_runtime::{LeaderInfo, Leadership, LockError, Locker, Next};
 use lockmacro_testkit::Fixture;
 use lockmacro_testkit::RedisServer;
 
@@ -153,6 +153,37 @@ pub async fn run_leads_again_in_a_later_term_after_the_body_fails(fx: &Fixture) 
     assert!(terms[1] > terms[0], "term {} after {}", terms[1], terms[0]);
     assert_eq!(returned, terms[1]);
     // Both terms were given back: the role is free at once.
+    let next = elected(fx, locker.election(ROLE, TTL).campaign(), "after run").await;
+    assert!(next.term() > terms[1]);
+    fx.check(next.resign().await, "resign");
+}
+
+/// The ways a body says how its term ends: `Next::Retry` ends the first
+/// term only (`run` resigns and is elected again in a later term), and
+/// `Next::Stop` with an error ends the campaign with that error, which
+/// `run` returns after giving the role back. The body is not called again.
+pub async fn next_retry_ends_the_term_and_next_stop_ends_the_campaign_with_its_error(fx: &Fixture) {
+    let locker = fx.locker().await;
+    let election = locker.election(ROLE, TTL);
+    let mut terms = Vec::new();
+    let run = election.run(|term| {
+        terms.push(term.number());
+        let first = terms.len() == 1;
+        async move {
+            if first {
+                Next::Retry(format!("the store was busy in term {}", term.number()))
+            } else {
+                Next::Stop(Err::<u64, _>("the job's input is wrong"))
+            }
+        }
+    });
+    let returned = tokio::time::timeout(PROMPTLY, run)
+        .await
+        .expect("not elected again after `Next::Retry`");
+    assert_eq!(fx.check(returned, "run"), Err("the job's input is wrong"));
+    assert_eq!(terms.len(), 2, "the body was called in terms {terms:?}");
+    assert!(terms[1] > terms[0], "term {} after {}", terms[1], terms[0]);
+    // The stopping term was given back: the role is free at once.
     let next = elected(fx, locker.election(ROLE, TTL).campaign(), "after run").await;
     assert!(next.term() > terms[1]);
     fx.check(next.resign().await, "resign");
@@ -406,6 +437,7 @@ lockmacro_testkit::for_each_backend! {
         // One thread, so that the body's pause stops the watchdog.
         run_campaigns_again_after_losing_the_role(flavor = "current_thread"),
         run_leads_again_in_a_later_term_after_the_body_fails,
+        next_retry_ends_the_term_and_next_stop_ends_the_campaign_with_its_error,
         after_a_leaders_body_fails_an_instance_leads_again,
         a_terms_cancellation_token_is_cancelled_when_the_term_ends,
         cancelled_campaigns_leave_nothing_behind,
@@ -471,6 +503,32 @@ async fn term_kept_after_run_is_over_and_holds_nothing() {
         .expect("the role is still held")
         .unwrap();
     assert!(next.term() > kept.number());
+}
+
+/// `run_until` ends with `Some` of the value a body stops with, before any
+/// stop: `Next::Stop` and `Ok` are the same way to end the campaign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_until_returns_the_value_a_body_stops_with() {
+    let locker = Locker::memory();
+    let election = locker.election(ROLE, TTL);
+    let never = std::future::pending::<()>;
+    let stopped = election
+        .run_until(never(), |term| async move {
+            Next::<_, Infallible>::Stop(term.number())
+        })
+        .await
+        .unwrap();
+    let returned = election
+        .run_until(
+            never(),
+            |term| async move { Ok::<_, Infallible>(term.number()) },
+        )
+        .await
+        .unwrap();
+    let (Some(stopped), Some(returned)) = (stopped, returned) else {
+        panic!("run_until ended without the body's value: {stopped:?}, {returned:?}");
+    };
+    assert!(returned > stopped, "term {returned} after term {stopped}");
 }
 
 /// A follower sends no command while it waits for the leader, whose lease

@@ -1,6 +1,7 @@
 //! What an operator sees of a key: [`Inspection`], as
 //! [`Backend::inspect`](super::Backend::inspect) answers it.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::KeyKind;
@@ -45,6 +46,46 @@ impl Inspection {
     }
 }
 
+/// One line for a log or a message: what the key is held as, each holder
+/// with its metadata and time left, the waiters and the last fencing token
+/// (`-` when none was minted).
+///
+/// ```
+/// use std::time::Duration;
+/// use lockmacro_runtime::{HeldAs, Holder, Inspection, KeyKind};
+///
+/// let mut seen = Inspection::free();
+/// assert_eq!(seen.to_string(), "free; waiters: 0, fence: -");
+///
+/// seen.kind = Some(KeyKind::Semaphore { permits: 3 });
+/// seen.holders.push(Holder::new(HeldAs::Permit, "worker-1", Some(Duration::from_millis(29_800))));
+/// seen.holders.push(Holder::new(HeldAs::Permit, "worker-2", None));
+/// seen.waiters = 2;
+/// seen.fence = Some(17);
+/// assert_eq!(
+///     seen.to_string(),
+///     "held as a semaphore of 3 permits: permit by `worker-1` (29.8s left), \
+///      permit by `worker-2`; waiters: 2, fence: 17"
+/// );
+/// ```
+impl fmt::Display for Inspection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            Some(kind) => write!(f, "held as {kind}")?,
+            None => f.write_str("free")?,
+        }
+        for (n, holder) in self.holders.iter().enumerate() {
+            f.write_str(if n == 0 { ": " } else { ", " })?;
+            write!(f, "{holder}")?;
+        }
+        write!(f, "; waiters: {}, fence: ", self.waiters)?;
+        match self.fence {
+            Some(fence) => write!(f, "{fence}"),
+            None => f.write_str("-"),
+        }
+    }
+}
+
 /// One lease on a key, as [`Inspection::holders`] lists it. The token is
 /// never shown: whoever reads this cannot release or refresh the lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +118,39 @@ impl Holder {
     }
 }
 
+/// What the lease holds, whose it is and how long it has left:
+/// ``lock by `worker-7` (29.8s left)``, as [`Inspection`] lists its holders.
+/// What the backend cannot tell is left out; a lock held by a database
+/// transaction names its session, which has no metadata and no lease.
+///
+/// ```
+/// use std::time::Duration;
+/// use lockmacro_runtime::{HeldAs, Holder};
+///
+/// let holder = Holder::new(HeldAs::Lock, "worker-7", Some(Duration::from_millis(29_800)));
+/// assert_eq!(holder.to_string(), "lock by `worker-7` (29.8s left)");
+/// assert_eq!(Holder::new(HeldAs::Read, "", None).to_string(), "read");
+/// ```
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.held_as == HeldAs::Transaction {
+            f.write_str("lock by a database transaction")?;
+            return match self.pid {
+                Some(pid) => write!(f, ", in session {pid}"),
+                None => Ok(()),
+            };
+        }
+        write!(f, "{}", self.held_as)?;
+        if !self.metadata.is_empty() {
+            write!(f, " by `{}`", self.metadata)?;
+        }
+        match self.remaining {
+            Some(left) => write!(f, " ({:.1}s left)", left.as_secs_f64()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// What one lease holds of a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -95,4 +169,17 @@ pub enum HeldAs {
     /// transaction's session), never by
     /// [`Locker::force_release`](crate::Locker::force_release).
     Transaction,
+}
+
+/// The word for it: `lock`, `permit`, `read`, `write`, `transaction`.
+impl fmt::Display for HeldAs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HeldAs::Lock => "lock",
+            HeldAs::Permit => "permit",
+            HeldAs::Read => "read",
+            HeldAs::Write => "write",
+            HeldAs::Transaction => "transaction",
+        })
+    }
 }

@@ -4,6 +4,7 @@
 
 mod campaign;
 mod leadership;
+mod next;
 mod observe;
 mod run;
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 use crate::{Locker, RetryStrategy};
 
 pub use self::leadership::{Leadership, Term};
+pub use self::next::{IntoNext, Next};
 pub use self::observe::LeaderInfo;
 
 /// The pause after the first failure (an attempt that could not reach the
@@ -91,9 +93,10 @@ impl Locker {
 ///   tokens.
 /// - **Leader loops survive.** Under [`run`](Self::run) and
 ///   [`run_until`](Self::run_until), a term that ends in an error (the
-///   body's, or a lease lost to an outage) is followed by the same backoff
-///   and a new campaign: only the body's `Ok`, or the stop signal, ends
-///   the campaign.
+///   body's `Err` or [`Next::Retry`], or a lease lost to an outage) is
+///   followed by the same backoff and a new campaign: only the body's `Ok`
+///   or [`Next::Stop`], the stop signal, or the locker's shutdown ends the
+///   campaign (see "What ends the campaign" under [`run`](Self::run)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {

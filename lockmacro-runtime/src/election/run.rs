@@ -2,12 +2,11 @@
 //! that ended in an error or a lost lease, back off and campaign again.
 
 use std::convert::Infallible;
-use std::fmt::Display;
 use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::{Election, Leadership, Term};
+use super::{Election, IntoNext, Leadership, Next, Term};
 use crate::LockError;
 use crate::metrics;
 
@@ -33,41 +32,49 @@ impl Failed {
 
 impl Election {
     /// Leads for as long as the service runs: campaigns, runs the future
-    /// `body` returns while this instance leads, and when that term ends in
-    /// an error, resigns, backs off and campaigns again. Returns once a
-    /// `body` future returns `Ok`: resigns, then returns its value.
+    /// `body` returns while this instance leads, and when that term fails,
+    /// resigns, backs off and campaigns again, until the body says to stop.
     ///
     /// `body` is called once per term with that [`Term`] (its number is the
-    /// fencing token to write with), and returns a `Result`:
+    /// fencing token to write with). Its future returns how the term ends:
+    /// a [`Next`], or a `Result` read as one, so that `?` works in the body
+    /// ([`IntoNext`]).
     ///
-    /// - **`Ok(value)` ends the campaign**: the role is given back and `run`
-    ///   returns `Ok(value)`.
-    /// - **`Err(error)` ends the term, never the campaign**: a store write
-    ///   that failed on a network blip, a job that failed. The error is
-    ///   logged as a warning with the role and the term, counted (with the
-    ///   `metrics` feature) in `lockmacro_election_terms_failed_total`
-    ///   (`reason="body_error"`), the role is given back so that another
-    ///   instance can lead, and this one campaigns again after a backoff
-    ///   ([`backoff`](Self::backoff)), calling `body` anew in its next term.
-    ///   To end the campaign with an error, return it inside `Ok`.
-    /// - **A lost lease ends the term** too: the future is dropped on the
-    ///   lease's local deadline, as [`OnLost::Abort`](crate::OnLost::Abort)
+    /// # What ends the campaign
+    ///
+    /// | the body returns, or what happens | the role | `run` returns |
+    /// |---|---|---|
+    /// | `Ok(value)` or `Next::Stop(value)` | given back | `Ok(value)` |
+    /// | `Next::Stop(Err(error))` (or `Ok(Err(error))`): a failure no other term will cure | given back | `Ok(Err(error))` |
+    /// | the locker's [`shutdown`](crate::Locker::shutdown) | taken by the shutdown | `Err(`[`LockError::ShutDown`]`)` |
+    /// | an error campaigning again cannot cure (see [`campaign`](Self::campaign)): a role, ttl or period it cannot use, a backend that refuses this client | not held | `Err(error)` |
+    /// | the future returned by `run` is dropped | given back in the background | nothing |
+    ///
+    /// [`run_until`](Self::run_until) stops on a signal too, and waits for
+    /// the role to be given back.
+    ///
+    /// # What ends only the term
+    ///
+    /// The campaign goes on after each of these: the role is given back so
+    /// that another instance can lead, and this one campaigns again after a
+    /// backoff ([`backoff`](Self::backoff)), calling `body` anew in its next
+    /// term. Each is logged as a warning with the role and the term, and
+    /// counted (with the `metrics` feature) in
+    /// `lockmacro_election_terms_failed_total`.
+    ///
+    /// - **`Err(error)` or `Next::Retry(error)`** (`reason="body_error"`): a
+    ///   store write that failed on a network blip, a job that failed.
+    /// - **A lost lease** (`reason="lease_lost"`): the future is dropped on
+    ///   the lease's local deadline, as [`OnLost::Abort`](crate::OnLost::Abort)
     ///   does under [`Locker::hold`](crate::Locker::hold): it is never polled
     ///   once the deadline has passed, and the output of one that completes
-    ///   after it is dropped, as if it had not completed. It is logged and
-    ///   counted (`reason="lease_lost"`) the same way. What remains is the
+    ///   after it is dropped, as if it had not completed. What remains is the
     ///   code between two awaits, and a write already handed to a
     ///   connection: pass the term to the resource so that it refuses those.
-    /// - **A panic** in the body resigns the role, then resumes.
     ///
-    /// `run` returns an error only for what campaigning again cannot cure
-    /// (see [`campaign`](Self::campaign)): a role, ttl or period it cannot
-    /// use, a backend that refuses this client, and
-    /// [`LockError::ShutDown`] once the locker's
-    /// [`shutdown`](crate::Locker::shutdown) took the role. Dropping the future returned
-    /// by `run` drops the body's and gives the role back in the background;
-    /// [`run_until`](Self::run_until) stops on a signal and waits for the
-    /// role to be given back.
+    /// A backend out of reach while campaigning ends nothing either: the
+    /// attempt is retried after the backoff, for as long as the outage
+    /// lasts. A **panic** in the body resigns the role, then resumes.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
@@ -84,6 +91,7 @@ impl Election {
     ///             // Runs while this instance leads, and no longer. A failed
     ///             // write ends this term: `run` campaigns again.
     ///             store.set("last-job", "nightly report", term.number()).await?;
+    ///             // Done: `run` gives the role back and returns the term.
     ///             Ok::<_, LockError>(term.number())
     ///         }
     ///     })
@@ -91,11 +99,40 @@ impl Election {
     /// assert_eq!(store.get("last-job").await?.map(|applied| applied.token), Some(term));
     /// # Ok(()) }
     /// ```
-    pub async fn run<F, Fut, T, E>(&self, body: F) -> Result<T, LockError>
+    ///
+    /// [`Next`] says the same without a `Result`, and ends the campaign on
+    /// an error when no other term would do better:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lockmacro_runtime::{Locker, Next};
+    ///
+    /// let election = Locker::memory().election("migrations", Duration::from_secs(10));
+    /// let mut attempts = 0;
+    /// let outcome = election
+    ///     .run(|term| {
+    ///         attempts += 1;
+    ///         let attempt = attempts;
+    ///         async move {
+    ///             match attempt {
+    ///                 // Campaigns again, and calls this body in a later term.
+    ///                 1 => Next::Retry(format!("the database was busy in term {}", term.number())),
+    ///                 // Ends the campaign, with the error for the caller.
+    ///                 _ => Next::Stop(Err::<(), _>("migration 7 does not apply")),
+    ///             }
+    ///         }
+    ///     })
+    ///     .await?;
+    /// assert_eq!(outcome, Err("migration 7 does not apply"));
+    /// assert_eq!(attempts, 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T>(&self, body: F) -> Result<T, LockError>
     where
         F: FnMut(Term) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Display,
+        Fut: Future,
+        Fut::Output: IntoNext<Value = T>,
     {
         match self
             .lead(std::future::pending::<Infallible>(), body)
@@ -109,7 +146,8 @@ impl Election {
     /// [`run`](Self::run), until `stop` completes: then the body's future
     /// (if this instance leads) is dropped, the role given back, and `run_until`
     /// returns `Ok(None)` once the backend has it. `Ok(Some(value))` when a
-    /// body returned `Ok(value)` first.
+    /// body returned `Ok(value)` or `Next::Stop(value)` first; every other way
+    /// to stop is [`run`](Self::run)'s.
     ///
     /// `stop` is any future: a `CancellationToken`'s `cancelled()`, a
     /// shutdown signal, a channel. It is polled first, so that a stop that
@@ -150,12 +188,12 @@ impl Election {
     /// assert_eq!(service.await.unwrap()?, None);
     /// # Ok(()) }
     /// ```
-    pub async fn run_until<S, F, Fut, T, E>(&self, stop: S, body: F) -> Result<Option<T>, LockError>
+    pub async fn run_until<S, F, Fut, T>(&self, stop: S, body: F) -> Result<Option<T>, LockError>
     where
         S: Future,
         F: FnMut(Term) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Display,
+        Fut: Future,
+        Fut::Output: IntoNext<Value = T>,
     {
         // `stop`'s output is not kept: it may borrow (a watch's `Ref`), and
         // would have to live across the resignation.
@@ -167,7 +205,7 @@ impl Election {
 
     /// The loop of [`run_until`](Self::run_until): `Err` with `stop`'s
     /// output when it stopped the campaign.
-    async fn lead<S, F, Fut, T, E>(
+    async fn lead<S, F, Fut, T>(
         &self,
         stop: S,
         mut body: F,
@@ -175,8 +213,8 @@ impl Election {
     where
         S: Future,
         F: FnMut(Term) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Display,
+        Fut: Future,
+        Fut::Output: IntoNext<Value = T>,
     {
         let mut stop = std::pin::pin!(stop);
         let (backoff, max_backoff) = self.retry_after_failures();
@@ -198,12 +236,12 @@ impl Election {
                 outcome = body => outcome,
             };
             let term = leadership.term();
-            let failed = match outcome {
-                Some(Ok(Ok(value))) => {
+            let failed = match outcome.map(|finished| finished.map(IntoNext::into_next)) {
+                Some(Ok(Next::Stop(value))) => {
                     resign(leadership, "after the body").await;
                     return Ok(Ok(value));
                 }
-                Some(Ok(Err(error))) => {
+                Some(Ok(Next::Retry(error))) => {
                     tracing::warn!(target: "lockmacro", role = %self.role, term, %error, "the leader's body failed: resigning, to campaign again");
                     resign(leadership, "after the body's error").await;
                     Failed::Body

@@ -1,4 +1,5 @@
 async fn bill(u: &User) -> Result<Receipt, BillingError> {
+    let _ = (&u,);
     charge(u).await
 }
 ::core::compile_error! {

@@ -1,4 +1,5 @@
 fn bill(u: &User) -> Result<Receipt, BillingError> {
+    let _ = (&u,);
     charge(u)
 }
 ::core::compile_error! {
