@@ -11,7 +11,7 @@ use crate::errors::Errors;
 
 /// Every argument, in the order error messages list them; a flag may also
 /// stand alone (`fence`, `fair`).
-const ARGUMENTS: [(&str, Form); 18] = [
+const ARGUMENTS: [(&str, Form); 19] = [
     ("key", Form::Value),
     ("keys", Form::Value),
     ("ttl", Form::Value),
@@ -25,6 +25,7 @@ const ARGUMENTS: [(&str, Form); 18] = [
     ("locker", Form::Value),
     ("hold_at_least", Form::Value),
     ("max_hold", Form::Value),
+    ("lock_delay", Form::Value),
     ("replicas", Form::Value),
     ("permits", Form::Value),
     ("mode", Form::Value),

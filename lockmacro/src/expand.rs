@@ -193,6 +193,10 @@ fn prepare(plan: &Plan) -> TokenStream {
         let max_hold = max_hold.to_tokens(krate);
         builder.extend(quote!(.max_hold(#max_hold)));
     }
+    if let Some(lock_delay) = &plan.lock_delay {
+        let lock_delay = lock_delay.to_tokens(krate);
+        builder.extend(quote!(.lock_delay(#lock_delay)));
+    }
     if plan.replicas > 0 {
         // As a `usize` literal: the runtime takes a count of replicas.
         let replicas = proc_macro2::Literal::usize_unsuffixed(plan.replicas as usize);

@@ -182,6 +182,14 @@ mod values;
 /// `LockError::Lost`). A body stuck on a call that never returns then frees
 /// the key. No cap when not given; it cannot be shorter than `hold_at_least`.
 ///
+/// ## `lock_delay = "15s"`
+///
+/// Keep the key from anyone else this long after the lease ran out without
+/// a release: a process that crashed, hung or was cut off mid-body may
+/// still have writes on their way, and they drain before the next holder
+/// acts. A release (the body returned, failed, panicked or was cancelled)
+/// frees the key at once. None when not given.
+///
 /// ## `permits = 5`
 ///
 /// A semaphore: at most this many bodies run at once per key, across every

@@ -26,6 +26,7 @@ pub(crate) struct Plan {
     pub(crate) locker: Option<Expr>,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) lock_delay: Option<Duration>,
     /// `0` when not given.
     pub(crate) replicas: u32,
     /// `Some(n)`: one of `n` permits (a semaphore) instead of the whole key.
@@ -72,6 +73,7 @@ impl Plan {
             locker: values.locker,
             hold_at_least: optional(values.hold_at_least)?,
             max_hold: optional(values.max_hold)?,
+            lock_delay: optional(values.lock_delay)?,
             replicas: or(values.replicas, 0)?,
             permits: optional(values.permits)?,
             mode: optional(values.mode)?,
@@ -197,11 +199,11 @@ mod tests {
     fn unknown_argument_lists_the_valid_ones() {
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", timeout = "5s")),
-            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
+            "unknown argument `timeout`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `lock_delay`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
         );
         assert_eq!(
             error(quote!(key = "k", ttl = "1s", type = "x")),
-            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
+            "unknown argument `type`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `lock_delay`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
         );
     }
 
@@ -209,7 +211,7 @@ mod tests {
     fn not_an_argument() {
         assert_eq!(
             error(quote!("k")),
-            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
+            "expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `lock_delay`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
         );
         assert_eq!(error(quote!(key "k")), "expected `=`");
         assert_eq!(error(quote!(key = "k" ttl = "1s")), "expected `,`");
@@ -345,7 +347,7 @@ mod tests {
                 wait = 5
             )),
             [
-                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`",
+                "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `lock_delay`, `replicas`, `permits`, `mode`, `metadata`, `crate`",
                 "`nope` in key is not a parameter of `transfer`: use one of `self`, `from`, `to`",
                 "`ttl` cannot be zero: write a positive duration, as in `ttl = \"30s\"`",
                 "unknown `on_busy` value \"maybe\": write `on_busy = \"error\"` or `on_busy = \"skip\"`",

@@ -35,6 +35,7 @@ pub(crate) struct Values {
     pub(crate) refresh: Option<Given<Duration>>,
     pub(crate) hold_at_least: Option<Given<Duration>>,
     pub(crate) max_hold: Option<Given<Duration>>,
+    pub(crate) lock_delay: Option<Given<Duration>>,
     pub(crate) fair: Option<Given<bool>>,
     pub(crate) fence: Option<Given<Fence>>,
     pub(crate) guard: Option<Given<Ident>>,
@@ -93,6 +94,7 @@ impl Values {
             refresh: duration(&mut args, errors, "refresh"),
             hold_at_least: duration(&mut args, errors, "hold_at_least"),
             max_hold: duration(&mut args, errors, "max_hold"),
+            lock_delay: duration(&mut args, errors, "lock_delay"),
             fair: args.take("fair").map(|arg| flag(arg, errors, parse_fair)),
             fence: args.take("fence").map(|arg| {
                 flag(arg, errors, |value| match value {

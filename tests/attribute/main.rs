@@ -52,6 +52,7 @@ lockmacro_testkit::for_each_backend! {
     ],
     { needs: [Servers], servers: shared } => [
         hold_at_least_keeps_the_key_after_the_body_ends,
+        lock_delay_keeps_the_key_longer_on_the_server_and_a_release_frees_it,
         lost_lease_under_abort_drops_the_body_and_returns_lost,
         lost_lease_under_continue_lets_the_body_finish,
     ],

@@ -334,6 +334,32 @@ pub async fn hold_at_least_keeps_the_key_after_the_body_ends(fixture: &Fixture) 
     );
 }
 
+/// `lock_delay`: while the body runs the server keeps the key the ttl plus
+/// the delay (more than any lease without one has left); once the body
+/// returns, the release frees the key at once.
+pub async fn lock_delay_keeps_the_key_longer_on_the_server_and_a_release_frees_it(
+    fixture: &Fixture,
+) {
+    let locker = fixture.locker().await;
+    #[distributed_lock(key = "payout", ttl = "10s", lock_delay = "20s", locker = locker)]
+    async fn payout(locker: &Locker, fixture: &Fixture) -> Option<Duration> {
+        let _ = locker;
+        fixture.lease_left("payout").await
+    }
+    let left = payout(&locker, fixture).await;
+    assert!(
+        left.is_some_and(|left| left > Duration::from_secs(10)),
+        "the server had {left:?} left: the delay was not asked for"
+    );
+    let next = fixture.check(
+        locker
+            .obtain("payout", Duration::from_secs(10), ObtainOptions::new())
+            .await,
+        "a released key is free at once",
+    );
+    fixture.check(next.release().await, "release");
+}
+
 pub async fn several_keys_are_taken_all_or_nothing(fixture: &Fixture) {
     let locker = fixture.locker().await;
     // The hash tag `{bank}` keeps both keys in one slot: a cluster takes

@@ -3,7 +3,7 @@ async fn bill(u: &User) -> Result<Receipt, BillingError> {
     charge(u).await
 }
 ::core::compile_error! {
-    "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
+    "unknown argument `tll`, expected one of: `key`, `keys`, `ttl`, `on_busy`, `wait`, `fair`, `refresh`, `on_lost`, `fence`, `guard`, `locker`, `hold_at_least`, `max_hold`, `lock_delay`, `replicas`, `permits`, `mode`, `metadata`, `crate`"
 }
 ::core::compile_error! {
     "`user` in key is not a parameter of `bill`: use `u`"

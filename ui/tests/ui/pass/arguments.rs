@@ -33,6 +33,7 @@ impl State {
         locker = self.locker,
         hold_at_least = "5m",
         max_hold = "10m",
+        lock_delay = "15s",
         crate = "::lockmacro_runtime",
     )]
     pub async fn every_literal(&self, from: u64, to: u64) -> Result<u64, LockError> {
@@ -46,6 +47,7 @@ impl State {
         refresh = Duration::from_secs(5),
         hold_at_least = LEASE,
         max_hold = LEASE * 10,
+        lock_delay = LEASE / 2,
         locker = self.shared,
         fence = format!("{PREFIX}:fence"),
         on_lost = "continue",
