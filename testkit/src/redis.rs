@@ -629,6 +629,53 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
+/// A loopback port where nothing listens, for as long as this lives: a
+/// socket bound to it and never listening, so that a connect is refused at
+/// once and no server started meanwhile (by a test beside this one) can
+/// take the port, as one picked by [`free_ports`] and let go could be.
+pub struct ClosedPort {
+    /// Held: the port stays bound, to nobody who listens, until dropped.
+    _socket: std::os::fd::OwnedFd,
+    port: u16,
+}
+
+impl ClosedPort {
+    /// Binds a fresh port on 127.0.0.1.
+    pub fn bind() -> Self {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: plain system calls on a socket this function owns; the
+        // address structures are initialised before use.
+        unsafe {
+            let raw = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(raw >= 0, "socket: {}", io::Error::last_os_error());
+            let fd = std::os::fd::OwnedFd::from_raw_fd(raw);
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from(Ipv4Addr::LOCALHOST).to_be();
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let bound = libc::bind(fd.as_raw_fd(), std::ptr::addr_of!(addr).cast(), len);
+            assert_eq!(bound, 0, "bind: {}", io::Error::last_os_error());
+            let mut local: libc::sockaddr_in = std::mem::zeroed();
+            let mut local_len = len;
+            let named = libc::getsockname(
+                fd.as_raw_fd(),
+                std::ptr::addr_of_mut!(local).cast(),
+                &mut local_len,
+            );
+            assert_eq!(named, 0, "getsockname: {}", io::Error::last_os_error());
+            ClosedPort {
+                _socket: fd,
+                port: u16::from_be(local.sin_port),
+            }
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
 fn has_flag(args: &[String], flag: &str) -> bool {
     args.iter().any(|arg| arg == flag)
 }

@@ -488,11 +488,8 @@ async fn failover_keeps_a_replicated_lock_and_lockers_carry_on() {
 
 #[tokio::test]
 async fn unreachable_seed_fails_in_bounded_time() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = lockmacro_testkit::redis::ClosedPort::bind();
+    let port = closed.port();
     let start = Instant::now();
     let err = Locker::cluster([format!("redis://127.0.0.1:{port}/")])
         .await
@@ -543,11 +540,8 @@ async fn a_server_outside_any_cluster_is_refused_with_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_dead_seed_among_live_ones_is_skipped() {
     let cluster = start().await;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = lockmacro_testkit::redis::ClosedPort::bind();
+    let port = closed.port();
     let mut seeds = vec![format!("redis://127.0.0.1:{port}/")];
     seeds.push(cluster.node(1).url());
     let locker = ok(&cluster, Locker::cluster(&seeds).await, "connect");

@@ -34,12 +34,8 @@ async fn connect(url: &str, config: PostgresConfig) -> Result<PostgresBackend, L
 /// once, not when a connect timeout far longer than the hang limit ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_is_unreachable_at_once() {
-    // A port that was free a moment ago: nothing listens there.
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = lockmacro_testkit::redis::ClosedPort::bind();
+    let port = closed.port();
     let url = format!("postgres://postgres:x@127.0.0.1:{port}/db");
     let config = PostgresConfig::default().connect_timeout(HANG * 2);
     let result = connect(&url, config).await;

@@ -1,7 +1,7 @@
 //! `RedlockBackend` against independent `redis-server` masters, some of them
 //! killed, frozen or restarted.
 
-use std::net::TcpListener;
+use lockmacro_testkit::redis::ClosedPort;
 use std::time::Duration;
 
 use lockmacro_runtime::{
@@ -57,13 +57,10 @@ async fn eventually(masters: &[RedisServer], what: &str, done: impl Fn() -> bool
     }
 }
 
-fn free_url() -> String {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("redis://127.0.0.1:{port}/")
+/// A URL where nothing listens, while the port it holds lives.
+fn closed_url() -> (String, ClosedPort) {
+    let closed = ClosedPort::bind();
+    (format!("redis://127.0.0.1:{}/", closed.port()), closed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -540,7 +537,7 @@ async fn a_master_down_at_connect_joins_when_it_comes_up() {
 #[tokio::test]
 async fn fewer_than_a_majority_at_connect_is_an_error_in_bounded_time() {
     let master = RedisServer::start();
-    let (dead_a, dead_b) = (free_url(), free_url());
+    let ((dead_a, _a), (dead_b, _b)) = (closed_url(), closed_url());
     let start = Instant::now();
     let err = Locker::redlock([master.url(), dead_a.clone(), dead_b.clone()])
         .await

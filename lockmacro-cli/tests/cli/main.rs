@@ -239,8 +239,8 @@ async fn a_bad_url_is_a_usage_error_and_an_unreachable_server_a_backend_error() 
     assert!(said.contains("unknown scheme `mysql://`"), "{said}");
     assert!(!said.contains("hunter2"), "the password is shown: {said}");
 
-    let port = lockmacro_testkit::redis::free_ports(1)[0];
-    let down = run(&format!("redis://127.0.0.1:{port}/"), &["list"]).await;
+    let closed = lockmacro_testkit::redis::ClosedPort::bind();
+    let down = run(&format!("redis://127.0.0.1:{}/", closed.port()), &["list"]).await;
     exits(&down, 3);
     assert!(stderr(&down).contains("unreachable"), "{}", stderr(&down));
 
