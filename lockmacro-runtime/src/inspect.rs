@@ -13,6 +13,15 @@ impl Locker {
     /// nothing. Fails with [`BackendErrorKind::Unsupported`](crate::BackendErrorKind::Unsupported)
     /// on a backend that cannot tell.
     ///
+    /// Each holder shows the metadata it gave
+    /// ([`ObtainOptions::metadata`](crate::ObtainOptions::metadata)), a
+    /// permit, a read or a write as a lock does, on every backend that can
+    /// inspect, as below on memory. The exceptions are on Redis, where
+    /// shares keep theirs in a hash beside the key (`{K}:holders`): the
+    /// shares of a key with a `}` but no hash tag keep none (no such name
+    /// shares its cluster slot), nor those of a user denied the hash
+    /// commands; they show `""`.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockmacro_runtime::LockError> {
     /// use std::time::Duration;

@@ -35,7 +35,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "acquire_shared.lua",
-        "ee61e5646875f27c062201bb55bc9d793e41e9e651e09638c1aa5c44632da844",
+        "2c469fa36531d4ae13247ed07b3c3a216240389716648c0b1f042c2323e5c3e9",
         &["Shares", "Kinds"],
     ),
     script(
@@ -45,7 +45,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "downgrade.lua",
-        "fa993a54dbb760fee8fd924ac0a349a9620bedeabc0f569137bc625bf951ac64",
+        "5bab44f7cb0096c693c7668ce1c78dd54d985f0bbcd426c8f2c1873dab6e0d82",
         &["Kinds"],
     ),
     script(
@@ -60,27 +60,32 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "force_release.lua",
-        "b9414062d341b31a38f1d2e0f645af3bbddb81adc12052ce4a0c4b32e839b0ea",
+        "8a865b89244244086266c019d9a13ebfaa5d7e581b0f5716ec3276bb80fa39a9",
         &["Kinds"],
     ),
     script(
         "grant.lua",
-        "6afb889033b2d2073254e9045c2bd213c0b26dc5904a6f09c8c23ef185b5271c",
+        "2e48ac9528dd7244fc917f76555fde453b354cd5398cb5ee32da533a2d19e2c9",
         &["Fair"],
     ),
     script(
+        "holders.lua",
+        "e597dd99d1d44684f4b3ff1346a5afb4bad69d5d0336280bd4dbdaad1f14ee7e",
+        &[],
+    ),
+    script(
         "inspect.lua",
-        "4e802fb1f4eede72758d79efcf59d65b2dc8fe609172dbba4c9a3922db9fa4be",
+        "b9e07eddcb6f612e072dd7aeb684c11509af98f60ba5ce552cb1a42440437195",
         &[],
     ),
     script(
         "kinds.lua",
-        "7504aabeb05da0b754e95e3e136d81cf96b1b82a3fa28c06eb269bc5a8eb645a",
+        "4e3d4de85aa226f6d7836256955a3e17db4cd863936d4d6231f5385c8293f88a",
         &["Kinds"],
     ),
     script(
         "leases.lua",
-        "f66f4afe53efcf7e77e7ee3e664bcee5bc9fbfd648a57e0e8d4757a2224f3fb1",
+        "a1acd4462a325a6b2dffebb9d6bdf768b155f7fb80729c30dcca3417264d4b11",
         &["Plain", "Fair", "Shares", "Kinds"],
     ),
     script(
@@ -105,7 +110,7 @@ pub const SCRIPTS: &[Script] = &[
     ),
     script(
         "release.lua",
-        "8c74ffab32179aeee8c90d14567da50cf953346bcaea1c99801cdb5d5af2d28d",
+        "29a440db1377130377131966553bd75537af4bdfa1c0da1dccb0b53da1949cbd",
         &["Plain", "Fair", "Shares", "Fences", "Kinds"],
     ),
     script(

@@ -157,8 +157,8 @@ pub enum SharesAction {
 }
 
 impl Shares {
-    /// `acquire_shared.lua`, lines 48-60 and 75-85 (a share already held),
-    /// 112-137 (the write and the read) and 193-204 (permits without a queue).
+    /// `acquire_shared.lua`, lines 50-62 and 90-100 (a share already held),
+    /// 127-152 (the write and the read) and 208-219 (permits without a queue).
     fn acquire(&self, s: &mut SharesState, c: usize) -> bool {
         let now = s.now;
         let ttl = self.timing.ttl;

@@ -537,6 +537,33 @@ impl Fixture {
         }
     }
 
+    /// The keys stored on the Redis servers behind the fixture whose names
+    /// contain `key` as the fixture's lockers name it: the key itself and
+    /// what the backend keeps beside it (`{K}:fence`, `{K}:holders`, …), on
+    /// the servers that store the key ([`Fixture::servers_for`]), sorted,
+    /// once each. Empty on etcd, PostgreSQL and the stores in this process,
+    /// which keep nothing beside a key under a name of its own (ask
+    /// [`Fixture::is_held`] there).
+    pub fn keys_named_after(&self, key: &str) -> Vec<String> {
+        let wire_key = self.wire_key(key);
+        let mut pattern = String::from("*");
+        for c in wire_key.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('*');
+        let mut keys: Vec<String> = self
+            .servers_for(&wire_key)
+            .into_iter()
+            .flat_map(|server| server.cmd::<Vec<String>>(&["KEYS", &pattern]))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
     fn held_on_master(&self, key: &str) -> bool {
         self.master().expect("one master").cmd(&["EXISTS", key])
     }

@@ -215,6 +215,51 @@ async fn keys_sharing_a_hash_tag_are_taken_together() {
     assert_eq!(second.fence_token(), Some(first + 1), "one shared counter");
 }
 
+/// The shares of a key keep their holders' metadata in the key's slot
+/// (`K:holders` for a key with a hash tag), through a refresh, and give it
+/// back with the last share; those of a key with a `}` but no hash tag,
+/// beside which no name shares its slot, keep none and work all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_keep_their_metadata_in_the_keys_slot_or_none() {
+    let cluster = start().await;
+    let locker = cluster.locker().await;
+    let permit = |worker| ObtainOptions::new().permits(2).metadata(worker);
+    let node = cluster.node(cluster.master_for("jobs:{acct}"));
+
+    let tagged = ok(
+        &cluster,
+        locker.obtain("jobs:{acct}", LONG, permit("worker-1")).await,
+        "a permit of jobs:{acct}",
+    );
+    ok(&cluster, tagged.refresh(LONG).await, "refresh");
+    let seen = ok(&cluster, locker.inspect("jobs:{acct}").await, "inspect");
+    assert_eq!(seen.holders.len(), 1, "{seen:?}");
+    assert_eq!(seen.holders[0].metadata, "worker-1", "{seen:?}");
+    let kept: Vec<String> = node.cmd(&["HVALS", "jobs:{acct}:holders"]);
+    assert_eq!(kept, ["worker-1"]);
+    ok(&cluster, tagged.release().await, "release");
+    let left: i64 = node.cmd(&["EXISTS", "jobs:{acct}", "jobs:{acct}:holders"]);
+    assert_eq!(left, 0, "the released permit left something behind");
+
+    let braced = ok(
+        &cluster,
+        locker.obtain("a}b", LONG, permit("worker-2")).await,
+        "a permit of a}b",
+    );
+    ok(&cluster, braced.refresh(LONG).await, "refresh");
+    // (Not inspected: its fence counter, `{a}b}:fence`, is in another slot,
+    // so a cluster refuses to inspect it.)
+    let stored = || -> Vec<String> {
+        (0..3)
+            .map(|shift| cluster.node(cluster.master_of_slot([0, 8000, 16000][shift])))
+            .flat_map(|node| node.cmd::<Vec<String>>(&["KEYS", "*a}b*"]))
+            .collect()
+    };
+    assert_eq!(stored(), ["a}b"], "something was written beside `a}}b`");
+    ok(&cluster, braced.release().await, "release");
+    assert_eq!(stored(), Vec::<String>::new(), "left behind");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moved_redirection_is_followed() {
     let cluster = start().await;

@@ -215,10 +215,15 @@ mod inspect_on {
         { needs: [Inspect, Shares], servers: shared } => [
             inspect_sees_two_permit_holders,
             inspect_sees_readers_then_the_writer,
+            inspect_shows_every_shares_metadata_then_leaves_nothing,
+            a_dead_holders_metadata_goes_with_its_share,
             force_release_clears_every_share,
         ],
         { needs: [Inspect, FairQueue], servers: shared } => [
             inspect_counts_fair_waiters,
+        ],
+        { needs: [Inspect, FairQueue, Shares], servers: shared } => [
+            a_permit_handed_to_a_fair_waiter_shows_its_metadata,
         ],
         { needs: [], servers: shared } => [a_refusal_tells_the_holders_lease_and_metadata],
     }

@@ -348,6 +348,62 @@ async fn inspect_and_force_release_work_without_scripts() {
     assert!(!server.expect_ok(locker.force_release("job").await, "again"));
 }
 
+/// The metadata of shares taken by a client with scripts (permits, a read,
+/// the write) is shown by `inspect` without scripts, and a force-release
+/// without scripts takes it with the shares.
+#[tokio::test]
+async fn inspect_and_force_release_without_scripts_see_and_clear_shares_metadata() {
+    let server = denied_scripts();
+    let scripted = server.locker().await;
+    let locker = locker(&server, Scripts::Never).await;
+    let shown = |seen: &lockmacro_runtime::Inspection| {
+        let mut shown: Vec<String> = seen
+            .holders
+            .iter()
+            .map(|holder| format!("{:?} {}", holder.held_as, holder.metadata))
+            .collect();
+        shown.sort_unstable();
+        shown
+    };
+    let permits = || ObtainOptions::new().permits(3);
+    let first = server.expect_ok(
+        scripted
+            .obtain("pool", TTL, permits().metadata("worker-1"))
+            .await,
+        "a permit",
+    );
+    let second = server.expect_ok(scripted.obtain("pool", TTL, permits()).await, "a permit");
+    let seen = server.expect_ok(locker.inspect("pool").await, "inspect");
+    assert_eq!(seen.kind, Some(KeyKind::Semaphore { permits: 3 }));
+    assert_eq!(shown(&seen), ["Permit ", "Permit worker-1"], "{seen:?}");
+
+    let read = ObtainOptions::new().read().metadata("reader");
+    let read = server.expect_ok(scripted.obtain("doc", TTL, read).await, "a read");
+    let seen = server.expect_ok(locker.inspect("doc").await, "inspect");
+    assert_eq!(shown(&seen), ["Read reader"], "{seen:?}");
+    server.expect_ok(read.release().await, "release");
+    let left: i64 = server.cmd(&["EXISTS", "doc", "{doc}:holders"]);
+    assert_eq!(left, 0, "the released read left something behind");
+    let write = ObtainOptions::new().write().metadata("writer");
+    let write = server.expect_ok(scripted.obtain("doc", TTL, write).await, "the write");
+    let seen = server.expect_ok(locker.inspect("doc").await, "inspect");
+    assert_eq!(shown(&seen), ["Write writer"], "{seen:?}");
+    server.expect_ok(write.release().await, "release");
+
+    assert!(server.expect_ok(locker.force_release("pool").await, "force_release"));
+    let left: i64 = server.cmd(&["EXISTS", "pool", "{pool}:holders"]);
+    assert_eq!(left, 0, "the forced release left something behind");
+    for permit in [first, second] {
+        let refused = permit.refresh(TTL).await;
+        assert!(
+            refused.as_ref().is_err_and(LockError::is_not_held),
+            "{refused:?}"
+        );
+    }
+    let left: i64 = server.cmd(&["DBSIZE"]);
+    assert_eq!(left, 0, "keys left behind");
+}
+
 /// Two obtains race for a key whose only share lapsed (its holder died):
 /// exactly one is granted it, with or without scripts. Without scripts the
 /// transaction reads the set under `WATCH`; a read that ended the `WATCH`

@@ -44,6 +44,16 @@ fn documented_cluster_extras() -> Vec<&'static str> {
     line.split_whitespace().skip(3).collect()
 }
 
+/// What docs/security.md adds to the line for semaphores and read-write
+/// locks.
+fn documented_shares_extras() -> Vec<&'static str> {
+    let line = SECURITY_DOC
+        .lines()
+        .find(|line| line.starts_with("ACL SETUSER locks +zadd"))
+        .expect("docs/security.md shows the shares' additions as `ACL SETUSER locks +zadd …`");
+    line.split_whitespace().skip(3).collect()
+}
+
 /// Makes user `app` with password `pw` and `rules` on `server`.
 fn add_user(server: &RedisServer, rules: &[&str]) {
     let mut args = vec!["ACL", "SETUSER", "app", "on", ">pw"];
@@ -203,6 +213,70 @@ async fn documented_permissions_are_enough_for_locks_fences_and_wakeups() {
         Vec::<String>::new(),
         "commands were refused on the way"
     );
+}
+
+/// The shares' line of docs/security.md is enough for permits, reads and
+/// writes; without its hash commands they still work, and show no
+/// metadata; with them they show it, and leave nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documented_permissions_are_enough_for_shares_whose_metadata_needs_the_hash_commands() {
+    let server = RedisServer::start();
+    let () = server.cmd(&documented_acl_line());
+    let (hash, sorted): (Vec<&str>, Vec<&str>) = documented_shares_extras()
+        .into_iter()
+        .partition(|command| command.starts_with("+h"));
+    assert!(
+        !hash.is_empty() && !sorted.is_empty(),
+        "{hash:?} {sorted:?}"
+    );
+    let grant = |commands: &[&str]| {
+        let mut args = vec!["ACL", "SETUSER", "locks"];
+        args.extend_from_slice(commands);
+        let () = server.cmd(&args);
+    };
+    grant(&sorted);
+    let url = url_for(&server, "locks", "change-me");
+    let locker = server
+        .expect_ok(Locker::connect(&url).await, "connect")
+        .with_namespace("billing");
+    let shares = [
+        ("pool", once().permits(2), "worker-1"),
+        ("doc", once().read(), "reader-1"),
+        ("doc", once().write(), "writer-1"),
+    ];
+    // Each share taken, refreshed, inspected and given back: its metadata
+    // shown when `kept`, else none.
+    let round = async |kept: bool| {
+        for (key, opts, metadata) in &shares {
+            let opts = opts.clone().metadata(*metadata);
+            let lease = server.expect_ok(locker.obtain(key, LONG, opts).await, "obtain");
+            server.expect_ok(lease.refresh(LONG).await, "refresh");
+            let seen = server.expect_ok(locker.inspect(key).await, "inspect");
+            let shown = if kept { *metadata } else { "" };
+            assert_eq!(seen.holders[0].metadata, shown, "{seen:?}");
+            server.expect_ok(lease.release().await, "release");
+        }
+    };
+    round(false).await;
+    // Only the hash commands were refused, inside the scripts.
+    let refused = denied(&server);
+    assert!(!refused.is_empty(), "the hash commands were never called");
+    assert!(
+        refused
+            .iter()
+            .all(|entry| hash.iter().any(|command| entry.contains(&command[1..]))),
+        "{refused:?}"
+    );
+    let () = server.cmd(&["ACL", "LOG", "RESET"]);
+    grant(&hash);
+    round(true).await;
+    assert_eq!(
+        denied(&server),
+        Vec::<String>::new(),
+        "commands were refused on the way"
+    );
+    let left: i64 = server.cmd(&["DBSIZE"]);
+    assert_eq!(left, 0, "keys left behind");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

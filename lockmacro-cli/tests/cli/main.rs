@@ -113,6 +113,59 @@ async fn list_shows_a_held_key_with_its_metadata_and_remaining_lease() {
     server.expect_ok(lock.release().await, "release");
 }
 
+/// Every share's holder shows its metadata in `list`, and the hash that
+/// keeps it beside the key (`billing:{pool}:holders`, under the prefix) is
+/// not listed as a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_the_metadata_of_every_share() {
+    binary();
+    let server = RedisServer::start();
+    let url = server.url();
+    let locker = server.locker().await.with_namespace("billing");
+    let permits = |worker| ObtainOptions::new().permits(2).metadata(worker);
+    let mut held = Vec::new();
+    for worker in ["worker-1", "worker-2"] {
+        held.push(server.expect_ok(
+            locker.obtain("{pool}", LONG, permits(worker)).await,
+            "permit",
+        ));
+    }
+    let read = ObtainOptions::new().read().metadata("reader-1");
+    held.push(server.expect_ok(locker.obtain("doc", LONG, read).await, "read"));
+
+    let listed = run(&url, &["--namespace", "billing", "--json", "list"]).await;
+    exits(&listed, 0);
+    let listed = json(&listed);
+    let keys: Vec<&str> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|key| key["key"].as_str().expect("a key"))
+        .collect();
+    assert_eq!(keys, ["doc", "{pool}"], "{listed}");
+    let shown = |key: &serde_json::Value| {
+        let mut shown: Vec<String> = key["holders"]
+            .as_array()
+            .expect("holders")
+            .iter()
+            .map(|holder| format!("{} {}", holder["held_as"], holder["metadata"]))
+            .collect();
+        shown.sort_unstable();
+        shown
+    };
+    assert_eq!(shown(&listed[0]), [r#""read" "reader-1""#], "{listed}");
+    assert_eq!(
+        shown(&listed[1]),
+        [r#""permit" "worker-1""#, r#""permit" "worker-2""#],
+        "{listed}"
+    );
+    for lease in held {
+        server.expect_ok(lease.release().await, "release");
+    }
+    let left: i64 = server.cmd(&["DBSIZE"]);
+    assert_eq!(left, 0, "keys left behind");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_says_whether_a_key_is_free_or_held() {
     binary();

@@ -61,8 +61,10 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 250);
 ///
 /// Fair waiters queue at `{K}:queue` and waiters flag themselves at
 /// `{K}:waiters`, in the lock's slot, and releases hand the key to the first
-/// one, as on a single server. A key with a `}` but no hash tag has no name
-/// of that kind in its slot: its releases always publish.
+/// one, as on a single server; the metadata of a key's shares is kept at
+/// `{K}:holders`, as on a single server. A key with a `}` but no hash tag
+/// has no name of that kind in its slot: its releases always publish, and
+/// its shares keep no metadata.
 ///
 /// # Failover
 ///

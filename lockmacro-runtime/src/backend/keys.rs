@@ -1,7 +1,8 @@
-//! The names a lock key brings with it (its fence counter, fair queue and
-//! waiters flag, all in the key's cluster slot), and the keys refused
-//! because they would collide with one of them. Every backend refuses the
-//! same keys, so that a lock moves between backends unchanged.
+//! The names a lock key brings with it (its fence counter, fair queue,
+//! waiters flag and, on Redis, the hash of its shares' metadata, all in the
+//! key's cluster slot), and the keys refused because they would collide
+//! with one of them. Every backend refuses the same keys, so that a lock
+//! moves between backends unchanged.
 
 use crate::LockError;
 
@@ -42,18 +43,42 @@ pub(crate) fn derived_waiters_key(key: &str) -> String {
     }
 }
 
+/// The hash that keeps the metadata of the shares of `key` on Redis
+/// (`holders.lua`: field the holder's token, value its metadata), in the
+/// same cluster slot: `K:holders` for a key with a hash tag,
+/// `{K}:holders` for a key without a `}`. A key with a `}` but no hash tag
+/// is hashed whole, and no name beside it shares its slot: `None`, and its
+/// shares keep no metadata on Redis. Named so on every server, clustered or
+/// not, as the scripts name it.
+pub(crate) fn derived_holders_key(key: &str) -> Option<String> {
+    if hashtag(key).is_some() {
+        Some(format!("{key}:holders"))
+    } else if key.contains('}') {
+        None
+    } else {
+        Some(format!("{{{key}}}:holders"))
+    }
+}
+
 /// The lock key whose derived fence counter ([`derived_fence_key`]), queue
-/// ([`derived_queue_key`]) or waiters flag ([`derived_waiters_key`]) is
-/// `key`, if any, and which of the three.
+/// ([`derived_queue_key`]), waiters flag ([`derived_waiters_key`]) or
+/// holders hash ([`derived_holders_key`]) is `key`, if any, and which of
+/// them.
 fn derived_from(key: &str) -> Option<(&str, &'static str)> {
+    type Derive = fn(&str) -> Option<String>;
     for (suffix, what, derive) in [
         (
             ":fence",
             "fence counter",
-            derived_fence_key as fn(&str) -> String,
+            (|key| Some(derived_fence_key(key))) as Derive,
         ),
-        (":queue", "queue of fair waiters", derived_queue_key),
-        (":waiters", "waiters flag", derived_waiters_key),
+        (":queue", "queue of fair waiters", |key| {
+            Some(derived_queue_key(key))
+        }),
+        (":waiters", "waiters flag", |key| {
+            Some(derived_waiters_key(key))
+        }),
+        (":holders", "holders hash", derived_holders_key),
     ] {
         let Some(base) = key.strip_suffix(suffix) else {
             continue;
@@ -63,7 +88,7 @@ fn derived_from(key: &str) -> Option<(&str, &'static str)> {
             .strip_prefix('{')
             .and_then(|base| base.strip_suffix('}'));
         for owner in std::iter::once(base).chain(inner) {
-            if !owner.is_empty() && derive(owner) == key {
+            if !owner.is_empty() && derive(owner).as_deref() == Some(key) {
                 return Some((owner, what));
             }
         }
@@ -72,8 +97,8 @@ fn derived_from(key: &str) -> Option<(&str, &'static str)> {
 }
 
 /// True for a name the backend keeps beside a lock (its fence counter, fair
-/// queue or waiters flag) rather than a lock key: what a listing of keys
-/// leaves out.
+/// queue, waiters flag or holders hash) rather than a lock key: what a
+/// listing of keys leaves out.
 #[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) fn is_companion(key: &str) -> bool {
     derived_from(key).is_some()
@@ -95,10 +120,11 @@ pub(crate) fn prefix_pattern(prefix: &str) -> String {
 }
 
 /// Refuses, before anything is sent, the keys that would collide with a fence
-/// counter, a fair queue or a waiters flag: a lock key that is the derived
-/// counter, queue or flag of another key, and a fence key that is one of the
-/// keys locked, a queue or a flag. Such an acquire would fail midway, could
-/// never succeed, or would have its counter overwritten.
+/// counter, a fair queue, a waiters flag or a hash of shares' metadata: a
+/// lock key that is the derived counter, queue, flag or hash of another key,
+/// and a fence key that is one of the keys locked, a queue, a flag or a
+/// hash. Such an acquire would fail midway, could never succeed, or would
+/// have its counter overwritten.
 pub(crate) fn check_reserved(keys: &[String], fence_key: Option<&str>) -> Result<(), LockError> {
     for key in keys {
         if let Some((owner, what)) = derived_from(key) {
@@ -121,7 +147,7 @@ pub(crate) fn check_reserved(keys: &[String], fence_key: Option<&str>) -> Result
             "the fence counter is also a key being locked",
         ));
     }
-    if let Some((owner, what @ ("queue of fair waiters" | "waiters flag"))) =
+    if let Some((owner, what @ ("queue of fair waiters" | "waiters flag" | "holders hash"))) =
         derived_from(fence_key)
     {
         return Err(fence_key_refused(
@@ -189,11 +215,41 @@ mod tests {
     }
 
     #[test]
+    fn the_holders_hash_shares_the_slot_or_is_not_kept() {
+        assert_eq!(
+            derived_holders_key("user:1").as_deref(),
+            Some("{user:1}:holders")
+        );
+        assert_eq!(
+            derived_holders_key("billing:{user:1}").as_deref(),
+            Some("billing:{user:1}:holders")
+        );
+        assert_eq!(derived_holders_key("a{b").as_deref(), Some("{a{b}:holders"));
+        for key in ["user:1", "billing:{user:1}", "a{b", "{"] {
+            let meta = derived_holders_key(key).expect(key);
+            assert_eq!(
+                crate::backend::slot::slot(&meta),
+                crate::backend::slot::slot(key),
+                "{key}"
+            );
+        }
+        for key in ["a{}b", "}b", "a}b", "a{}b{c}"] {
+            assert_eq!(derived_holders_key(key), None, "{key}");
+        }
+    }
+
+    #[test]
     fn derived_names_are_recognised() {
         for key in ["user:1", "billing:{user:1}", "a{}b", "}b", "a}b"] {
             assert!(derived_from(&derived_fence_key(key)).is_some(), "{key}");
             assert!(derived_from(&derived_queue_key(key)).is_some(), "{key}");
             assert!(derived_from(&derived_waiters_key(key)).is_some(), "{key}");
+        }
+        for key in ["user:1", "billing:{user:1}", "a{b"] {
+            let meta = derived_holders_key(key).expect(key);
+            let (owner, what) = derived_from(&meta).expect(key);
+            assert_eq!(derived_holders_key(owner).as_deref(), Some(meta.as_str()));
+            assert_eq!(what, "holders hash");
         }
         for key in [
             "user:1:fence",
@@ -201,6 +257,8 @@ mod tests {
             "a{b}c:fenc",
             "fence",
             "{user:1}:queue:x",
+            "a}b:holders",
+            "user:1:holders",
         ] {
             assert_eq!(derived_from(key), None, "{key}");
         }

@@ -224,8 +224,9 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Refuses, before anything is sent, lock keys and a fence key that
     /// collide with what the backend lays out beside a lock: a key that is
-    /// another's fence counter, fair queue or waiters flag, or a fence key
-    /// that is one of the keys locked. The default refuses the names of the
+    /// another's fence counter, fair queue, waiters flag or holders hash
+    /// (Redis's hash of shares' metadata), or a fence key that is one of the
+    /// keys locked. The default refuses the names of the
     /// default layout (see [`fence_key`](Self::fence_key)) with
     /// [`LockError::InvalidKey`].
     ///
@@ -270,7 +271,8 @@ pub trait Backend: Send + Sync + 'static {
     /// The lock keys (namespaced) that start with `prefix`, for operators
     /// listing what is held ([`Locker::list`](crate::Locker::list)): every
     /// key the backend stores under `prefix`, without the names it keeps
-    /// beside a lock (fence counters, fair queues, waiters flags, shares).
+    /// beside a lock (fence counters, fair queues, waiters flags, shares and
+    /// their metadata).
     /// It may name keys nothing holds any more, or that are not locks (other
     /// data under the prefix): the caller inspects each. Changes nothing.
     /// The default fails with [`BackendErrorKind::Unsupported`].

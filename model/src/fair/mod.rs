@@ -83,7 +83,7 @@ impl Fair {
         }
     }
 
-    /// `grant.lua` lines 34-56 and 63-67: the key for the grant lease,
+    /// `grant.lua` lines 34-65 and 72-76: the key for the grant lease,
     /// marked, and the message naming the attempt.
     fn grant(&self, s: &mut FairState, entry: Entry) -> u8 {
         let lease = self.lease();
@@ -167,7 +167,7 @@ impl Fair {
 
     /// `release_plain.lua` for a key owned and unmarked (deleted, the flag
     /// not read; the model's values carry no metadata), else `release.lua`
-    /// lines 37-56, then
+    /// lines 37-62, then
     /// `release_announce.lua`: a hand-over for an owner, `leave` (lines
     /// 56-82) for a waiter that gives up.
     fn release(&self, s: &mut FairState, c: usize) {

@@ -1,7 +1,7 @@
 //! One key, several kinds: the kind kept with a key (`kinds.lua`: a lock is
 //! a string, a set of shares carries the marker member `kind:<N>` or
 //! `kind:rw`), the `WrongKind` refusals of `acquire.lua` (lines 44-62) and
-//! `acquire_shared.lua` (lines 48-60), which come before any write; the
+//! `acquire_shared.lua` (lines 50-62), which come before any write; the
 //! write turned into a read (`downgrade.lua`); and the operator's
 //! `force_release.lua`, which deletes every lease on the key.
 //!
@@ -90,7 +90,7 @@ impl Kinds {
     }
 
     /// `acquire.lua` lines 54-68 for a lock, `acquire_shared.lua` lines
-    /// 48-60, 75-85, 112-137 and 193-204 for a share. `None`: refused as
+    /// 50-62, 90-100, 127-152 and 208-219 for a share. `None`: refused as
     /// another kind.
     fn acquire(&self, s: &mut KindsState, c: usize) -> Option<bool> {
         let asked = self.clients[c];
@@ -183,7 +183,7 @@ impl Kinds {
         }
     }
 
-    /// `downgrade.lua` lines 7-15: the live write becomes a read with the
+    /// `downgrade.lua` lines 9-17: the live write becomes a read with the
     /// same score, in one step (or two, the mutation).
     fn downgrade(&self, s: &mut KindsState, c: usize) -> bool {
         let (now, id) = (s.now, c as u8);
@@ -206,7 +206,7 @@ impl Kinds {
         true
     }
 
-    /// `force_release.lua` lines 11-22: every lease on the key deleted.
+    /// `force_release.lua` lines 11-28: every lease on the key deleted.
     fn force(&self, s: &mut KindsState) {
         Self::sweep(s);
         let holders: Vec<u8> = match &s.key {

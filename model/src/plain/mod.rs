@@ -168,7 +168,7 @@ impl Plain {
                 Answer::Refreshed(held || retaken)
             }
             // release_plain.lua: a value held and unmarked is deleted, the
-            // flag not read; else release.lua lines 37-56: delete if held,
+            // flag not read; else release.lua lines 37-62: delete if held,
             // announce when the flag is set (release_announce.lua line 105).
             Op::Release => {
                 let deleted = match s.key {

@@ -48,7 +48,8 @@ impl<T: Transport> Protocol<T> {
     }
 
     /// The keys under `prefix` that may be locks: every key the scan finds
-    /// but the fence counters, queues and waiters flags; sorted.
+    /// but the fence counters, queues, waiters flags and holders hashes;
+    /// sorted.
     pub(in crate::backend) async fn keys(&self, prefix: &str) -> Result<Vec<String>, LockError> {
         let mut keys = self.transport.scan(&prefix_pattern(prefix)).await?;
         keys.retain(|key| !is_companion(key));

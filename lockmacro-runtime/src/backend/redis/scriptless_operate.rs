@@ -1,6 +1,7 @@
 //! What an operator does to a key without scripts: see what holds it, and
 //! clear it, as `inspect.lua` and `force_release.lua` do.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -12,6 +13,7 @@ use super::protocol::{kind_of, metadata_of};
 use super::scriptless::{Found, Shares, shares_at, unwatch};
 use super::transport::Transport;
 use super::wakeups::release_channel;
+use crate::backend::keys::derived_holders_key;
 use crate::backend::{HeldAs, Holder, Inspection};
 use crate::{KeyKind, LockError};
 
@@ -65,22 +67,47 @@ impl<T: Transport> Protocol<T> {
                     .map_err(|failure| failure.into_error(self.name(), &what()))?;
                 if let (Shares::Live(code), live, now) = shares {
                     seen.kind = kind_of(code);
+                    let metadata = self.holders_metadata(key).await;
                     for (member, expires) in live {
-                        let held_as = if member.starts_with("w:") {
-                            HeldAs::Write
+                        let (held_as, token) = if let Some(token) = member.strip_prefix("w:") {
+                            (HeldAs::Write, token)
                         } else if code == 0 {
-                            HeldAs::Read
+                            (HeldAs::Read, member.as_str())
                         } else {
-                            HeldAs::Permit
+                            (HeldAs::Permit, member.as_str())
                         };
+                        let metadata = metadata.get(token).map_or("", String::as_str);
                         let remaining = u64::try_from(expires - now).ok();
                         let remaining = remaining.map(Duration::from_millis);
-                        seen.holders.push(Holder::new(held_as, "", remaining));
+                        seen.holders.push(Holder::new(held_as, metadata, remaining));
                     }
                 }
             }
         }
         Ok(seen)
+    }
+
+    /// The metadata of the shares of `key`, by token, from the hash beside
+    /// the set (see `holders.lua`): empty when there is none, or when it
+    /// cannot be read (a user denied `HGETALL`, another client's data
+    /// there), as the script shows it.
+    async fn holders_metadata(&self, key: &str) -> HashMap<String, String> {
+        let Some(holders) = derived_holders_key(key) else {
+            return HashMap::new();
+        };
+        let keys = [key.to_owned()];
+        let holders = &holders;
+        let read: Result<Value, Failure> = self
+            .send(self.transport.conn(), &keys, |mut conn| async move {
+                redis::cmd("HGETALL")
+                    .arg(holders)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await;
+        read.ok()
+            .and_then(|fields| redis::from_redis_value(fields).ok())
+            .unwrap_or_default()
     }
 
     /// Deletes every lease on `key`, whoever holds it, and wakes its
@@ -109,22 +136,25 @@ async fn force_round(mut conn: MultiplexedConnection, key: &str) -> RedisResult<
         .arg(key)
         .query_async(&mut conn)
         .await?;
-    let held = match Found::of(&value) {
-        Found::Free => false,
-        Found::Text(_) => true,
-        Found::NotText => matches!(shares_at(&mut conn, key).await?.0, Shares::Live(_)),
+    let (held, holders) = match Found::of(&value) {
+        Found::Free => (false, None),
+        Found::Text(_) => (true, None),
+        Found::NotText => match shares_at(&mut conn, key).await?.0 {
+            Shares::Live(_) => (true, watched_holders(&mut conn, key).await?),
+            _ => (false, None),
+        },
     };
     if !held {
         unwatch(&mut conn).await?;
         return Ok(Some(false));
     }
-    let done: Option<Value> = redis::pipe()
-        .atomic()
-        .cmd("DEL")
-        .arg(key)
-        .ignore()
-        .query_async(&mut conn)
-        .await?;
+    let mut clear = redis::pipe();
+    clear.atomic().cmd("DEL").arg(key).ignore();
+    // Shares take their holders' metadata with them (see `holders.lua`).
+    if let Some(holders) = holders {
+        clear.cmd("DEL").arg(holders).ignore();
+    }
+    let done: Option<Value> = clear.query_async(&mut conn).await?;
     if done.is_none() {
         return Ok(None);
     }
@@ -137,4 +167,27 @@ async fn force_round(mut conn: MultiplexedConnection, key: &str) -> RedisResult<
         tracing::debug!(target: "lockmacro", key, error = %err, "forced release not announced");
     }
     Ok(Some(true))
+}
+
+/// The hash of the metadata of `key`'s shares (see `holders.lua`), watched
+/// from now on, when it is there; `None` when it is not, or when this user
+/// may not see it (a user granted the lock keys alone still force-releases
+/// them, as the script does).
+async fn watched_holders(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+) -> RedisResult<Option<String>> {
+    let Some(holders) = derived_holders_key(key) else {
+        return Ok(None);
+    };
+    let (watched, found): (Value, Value) = redis::pipe()
+        .ignore_errors()
+        .cmd("WATCH")
+        .arg(&holders)
+        .cmd("EXISTS")
+        .arg(&holders)
+        .query_async(conn)
+        .await?;
+    let there = watched == Value::Okay && found == Value::Int(1);
+    Ok(there.then_some(holders))
 }

@@ -123,6 +123,7 @@ impl<K: redis::ToRedisArgs, A: redis::ToRedisArgs> Command for Call<'_, K, A> {
 
 pub(in crate::backend) const ACQUIRE_LUA: &str = concat!(
     include_str!("../scripts/mark.lua"),
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
@@ -131,6 +132,7 @@ pub(in crate::backend) const ACQUIRE_LUA: &str = concat!(
 
 pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
     include_str!("../scripts/mark.lua"),
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
@@ -140,6 +142,7 @@ pub(in crate::backend) const ACQUIRE_FAIR_LUA: &str = concat!(
 
 pub(in crate::backend) const ACQUIRE_SHARED_LUA: &str = concat!(
     include_str!("../scripts/mark.lua"),
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/waiters.lua"),
@@ -148,6 +151,7 @@ pub(in crate::backend) const ACQUIRE_SHARED_LUA: &str = concat!(
 );
 
 pub(in crate::backend) const REFRESH_LUA: &str = concat!(
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/leases.lua"),
     include_str!("../scripts/refresh.lua")
 );
@@ -159,6 +163,7 @@ pub(in crate::backend) const REFRESH_LUA: &str = concat!(
 pub(in crate::backend) const RELEASE_LUA: &str = concat!(
     include_str!("../scripts/mark.lua"),
     include_str!("../scripts/release_plain.lua"),
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/leases.lua"),
     "local function announce(token, awaited)\n",
@@ -170,22 +175,26 @@ pub(in crate::backend) const RELEASE_LUA: &str = concat!(
 );
 
 pub(in crate::backend) const CONFIRM_LUA: &str = concat!(
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/leases.lua"),
     include_str!("../scripts/confirm.lua")
 );
 
 pub(in crate::backend) const REMAINING_LUA: &str = concat!(
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/leases.lua"),
     include_str!("../scripts/remaining.lua")
 );
 
 pub(in crate::backend) const REFRESH_MANY_LUA: &str = concat!(
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/leases.lua"),
     include_str!("../scripts/refresh_many.lua")
 );
 
 pub(in crate::backend) const INSPECT_LUA: &str = concat!(
     include_str!("../scripts/mark.lua"),
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/inspect.lua")
 );
@@ -194,6 +203,7 @@ pub(in crate::backend) const INSPECT_LUA: &str = concat!(
 // the queue's head and wakes the other waiters.
 pub(in crate::backend) const FORCE_RELEASE_LUA: &str = concat!(
     include_str!("../scripts/mark.lua"),
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/leases.lua"),
     "local function announce(token, awaited)\n",
@@ -205,6 +215,7 @@ pub(in crate::backend) const FORCE_RELEASE_LUA: &str = concat!(
 );
 
 pub(in crate::backend) const DOWNGRADE_LUA: &str = concat!(
+    include_str!("../scripts/holders.lua"),
     include_str!("../scripts/kinds.lua"),
     include_str!("../scripts/downgrade.lua")
 );

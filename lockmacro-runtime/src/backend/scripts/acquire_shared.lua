@@ -1,5 +1,6 @@
 -- Takes a share of KEYS[1] for ARGV[2] ms, for the owner of the token that
--- starts ARGV[1]: one of ARGV[3] permits (a semaphore) when ARGV[3] is a
+-- starts ARGV[1] (the lease's value: the token, then the holder's
+-- metadata): one of ARGV[3] permits (a semaphore) when ARGV[3] is a
 -- number, else a read ('read') or the write ('write') of a read-write lock.
 -- KEYS[2], when present, is the fence counter: incremented (next_fence, from
 -- fence.lua), returned, and kept for ARGV[4] ms after this use. ARGV[5] =
@@ -19,6 +20,7 @@
 -- readers cannot starve a writer. Shares past their
 -- expiry are dropped before counting, so a holder that died gives its share
 -- back after its ttl, never sooner. The set expires with its longest share.
+-- The holders' metadata is kept beside the set (see holders.lua).
 --
 -- Returns {1, fence or 0} when taken, {0, 1, ms} when not, ms being how
 -- long until the first share in the way expires. Taking a share this token
@@ -59,14 +61,27 @@ if not held then
   redis.call('ZREMRANGEBYSCORE', key, '+inf', '+inf')
 end
 
+-- The set's remaining ms, made at least the ttl.
 local function keep()
-  if redis.call('PTTL', key) < ttl then
+  local left = redis.call('PTTL', key)
+  if left < ttl then
     redis.call('PEXPIRE', key, ttl)
+    left = ttl
   end
+  return left
 end
 
+-- The share taken: the holder's metadata (what follows the token in
+-- ARGV[1]), when there is any, is written beside the set, which it lasts
+-- as long as (see holders.lua).
 local function taken(fence)
-  keep()
+  local left = keep()
+  local metadata = string.sub(ARGV[1], 33)
+  local meta = metadata ~= '' and holders_key(key)
+  if meta then
+    redis.pcall('HSET', meta, token, metadata)
+    redis.pcall('PEXPIRE', meta, left)
+  end
   return {1, fence}
 end
 

@@ -1,6 +1,8 @@
 -- Turns the write of KEYS[1] held by token ARGV[1] into a read (see
 -- acquire_shared.lua: the member 'w:<token>' becomes '<token>'), with the
--- same expiry, in one step: no writer can take the key in between. Then
+-- same expiry, in one step: no writer can take the key in between (the
+-- holder's metadata, kept under its token beside the set, see holders.lua,
+-- stays as it is, and so does the set's expiry). Then
 -- announces it on "lockmacro:released:<key>", so that the readers waiting
 -- behind the write try again at once. Returns 1 when the token held the
 -- write, else 0, changing nothing.

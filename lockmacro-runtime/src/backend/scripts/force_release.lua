@@ -17,6 +17,12 @@ redis.call('DEL', key)
 local owned = 'permit'
 if held == 'lock' then
   owned = 'lock'
+else
+  -- The shares' metadata goes with them (see holders.lua).
+  local meta = holders_key(key)
+  if meta then
+    redis.pcall('DEL', meta)
+  end
 end
 announce(ARGV[1], {{1, owned, ARGV[2]}})
 return 1

@@ -42,12 +42,21 @@ local function grant(key, entry)
   if entry.p then
     -- A waiter for one of entry.p permits (see acquire_shared.lua): its
     -- permit, scored with the lease's end on the server's clock.
+    -- Its metadata, what follows the token in entry.v, beside the set (see
+    -- holders.lua).
     local time = redis.call('TIME')
     local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
     redis.call('ZADD', key, now + lease, string.sub(entry.v, 1, 32))
     redis.call('ZADD', key, '+inf', kind_marker(entry.p))
-    if redis.call('PTTL', key) < lease then
+    local left = redis.call('PTTL', key)
+    if left < lease then
       redis.call('PEXPIRE', key, lease)
+      left = lease
+    end
+    local meta = #entry.v > 32 and holders_key(key)
+    if meta then
+      redis.pcall('HSET', meta, string.sub(entry.v, 1, 32), string.sub(entry.v, 33))
+      redis.pcall('PEXPIRE', meta, left)
     end
   else
     -- Marked (see mark.lua) whether or not others wait behind it: its

@@ -5,8 +5,9 @@
 -- holds the key), the fence counter's value (empty when there is none),
 -- the number of live fair waiters, then three per lease: what it holds
 -- ('lock', 'permit', 'read', 'write'), its holder's metadata (what follows
--- the token in a lock's value; shares keep none), and its remaining ms
--- (-1: no expiry). Tokens are never returned.
+-- the token in a lock's value; a share's field in the hash beside the set,
+-- see holders.lua), and its remaining ms (-1: no expiry). Tokens are
+-- never returned.
 local key, counter, queue = KEYS[1], KEYS[2], ARGV[1]
 local now = clock_now()
 local held = key_kind(key, now)
@@ -43,17 +44,27 @@ if held == 'lock' then
   end
   holder('lock', string.sub(value, 33), redis.call('PTTL', key))
 elseif held and held ~= 'other' then
+  -- The live shares only: set_shares (in key_kind) dropped the others, and
+  -- their metadata.
+  local metadata = {}
+  local meta = holders_key(key)
+  local fields = meta and redis.pcall('HGETALL', meta)
+  if type(fields) == 'table' and not fields.err then
+    for i = 1, #fields, 2 do
+      metadata[fields[i]] = fields[i + 1]
+    end
+  end
   local members = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for i = 1, #members, 2 do
     local member = members[i]
     if member ~= 'writing' and string.sub(member, 1, 5) ~= 'kind:' then
-      local held_as = 'permit'
+      local held_as, token = 'permit', member
       if string.sub(member, 1, 2) == 'w:' then
-        held_as = 'write'
+        held_as, token = 'write', string.sub(member, 3)
       elseif held == 'rw' then
         held_as = 'read'
       end
-      holder(held_as, '', tonumber(members[i + 1]) - now)
+      holder(held_as, metadata[token] or '', tonumber(members[i + 1]) - now)
     end
   end
 end

@@ -1,4 +1,5 @@
--- Prepended to the scripts that take, release, inspect or clear a key.
+-- Prepended to the scripts that take, release, inspect or clear a key,
+-- after holders.lua.
 --
 -- A key is one kind while it is held: a lock (a string: the owner's token,
 -- then metadata), or a sorted set of shares (see acquire_shared.lua) that
@@ -24,12 +25,28 @@ end
 -- The live shares of the set at `key` once the expired ones are dropped
 -- (`now`: server ms), and its marked kind ('rw', a permit count as a
 -- string, or nil for a set written before kinds were kept). The writer's
--- waiting mark (see acquire_shared.lua) is not a share.
+-- waiting mark (see acquire_shared.lua) is not a share. The metadata of
+-- the shares dropped goes with them (see holders.lua): the whole hash
+-- when no share is left, else the fields whose token is no longer a
+-- member; a sweep that drops nothing does not look at it.
 local function set_shares(key, now)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local dropped = redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   local shares = redis.call('ZCOUNT', key, '-inf', '(+inf')
   if redis.call('ZSCORE', key, 'writing') then
     shares = shares - 1
+  end
+  local meta = dropped > 0 and holders_key(key)
+  if meta and shares == 0 then
+    redis.pcall('DEL', meta)
+  elseif meta then
+    local tokens = redis.pcall('HKEYS', meta)
+    if type(tokens) == 'table' and not tokens.err then
+      for _, token in ipairs(tokens) do
+        if not redis.call('ZSCORE', key, token) and not redis.call('ZSCORE', key, 'w:' .. token) then
+          redis.pcall('HDEL', meta, token)
+        end
+      end
+    end
   end
   local marked
   for _, member in ipairs(redis.call('ZRANGEBYSCORE', key, '+inf', '+inf')) do

@@ -11,7 +11,9 @@
 -- acquire_shared.lua) or 'write' when the owner of `token` holds that lease
 -- on `key`, else nil. extend(key, token, ttl, kind) makes it last
 -- `ttl` ms from now. A permit keeps its set alive at least as long as
--- itself, so that a set whose holders all died goes with their last permit.
+-- itself, so that a set whose holders all died goes with their last permit,
+-- and gives the hash of the shares' metadata the set's expiry (see
+-- holders.lua, which comes before this).
 local clock_ms
 
 -- The member of a share: the token for a permit or a read, 'w:' and the
@@ -57,7 +59,14 @@ local function extend(key, token, ttl, kind)
     return
   end
   redis.call('ZADD', key, 'XX', server_now() + ttl, share_member(token, kind))
-  if redis.call('PTTL', key) < ttl then
+  local left = redis.call('PTTL', key)
+  if left < ttl then
     redis.call('PEXPIRE', key, ttl)
+    left = ttl
+  end
+  -- The shares' metadata (see holders.lua) lasts as long as the set.
+  local meta = holders_key(key)
+  if meta then
+    redis.pcall('PEXPIRE', meta, left)
   end
 end

@@ -46,9 +46,15 @@ for i = 1, #KEYS do
     -- The last share takes the set, and its kind (see kinds.lua), with it,
     -- unless a writer waits: its mark (see acquire_shared.lua), live since
     -- set_shares drops it once past, holds new readers back until the
-    -- writer's next attempt, and the set lasts as long.
+    -- writer's next attempt, and the set lasts as long. The holder's
+    -- metadata goes with its share, all of it with the last share (see
+    -- holders.lua).
     local now = server_now()
+    local meta = holders_key(key)
     if set_shares(key, now) == 0 then
+      if meta then
+        redis.pcall('DEL', meta)
+      end
       local writing = redis.call('ZSCORE', key, 'writing')
       if writing then
         local left = math.ceil(tonumber(writing) - now)
@@ -58,6 +64,8 @@ for i = 1, #KEYS do
       else
         redis.call('DEL', key)
       end
+    elseif meta then
+      redis.pcall('HDEL', meta, token)
     end
   else
     all = 0
