@@ -12,5 +12,6 @@
 pub mod clock;
 pub mod commands;
 pub mod keyspace;
+pub mod lua;
 pub mod reply;
 pub mod sorted;
