@@ -11,7 +11,19 @@
 
 pub mod clock;
 pub mod commands;
+mod faults;
 pub mod keyspace;
 pub mod lua;
+pub mod pubsub;
 pub mod reply;
+pub mod resp;
+pub mod server;
+mod session;
 pub mod sorted;
+mod state;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use keyspace::{Keyspace, Value};
+pub use reply::Reply;
+pub use server::Server;
+pub use state::VERSION;
