@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
 
 use crate::commands::glob_match;
 use crate::keyspace::Bytes;
@@ -17,9 +18,45 @@ pub type Mailbox = UnboundedSender<Reply>;
 pub struct PubSub {
     channels: BTreeMap<Bytes, BTreeMap<u64, Mailbox>>,
     patterns: BTreeMap<Bytes, BTreeMap<u64, Mailbox>>,
+    /// The number of subscriptions, for a test to wait on (a waiter that
+    /// listens) without polling.
+    count: watch::Sender<usize>,
 }
 
 impl PubSub {
+    fn recount(&self) {
+        let count = self
+            .channels
+            .values()
+            .chain(self.patterns.values())
+            .map(BTreeMap::len)
+            .sum();
+        self.count.send_replace(count);
+    }
+
+    /// Follows the number of subscriptions, channels and patterns.
+    pub fn watch_count(&self) -> watch::Receiver<usize> {
+        self.count.subscribe()
+    }
+
+    /// `PUBSUB NUMSUB`'s count for `channel`.
+    pub fn listeners(&self, channel: &[u8]) -> usize {
+        self.channels.get(channel).map_or(0, BTreeMap::len)
+    }
+
+    /// `PUBSUB CHANNELS [pattern]`.
+    pub fn channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
+        self.channels
+            .keys()
+            .filter(|c| pattern.is_none_or(|p| glob_match(p, c)))
+            .cloned()
+            .collect()
+    }
+
+    pub fn patterns(&self) -> usize {
+        self.patterns.len()
+    }
+
     pub fn subscribe(&mut self, pattern: bool, name: &[u8], conn: u64, mailbox: &Mailbox) {
         let map = if pattern {
             &mut self.patterns
@@ -29,6 +66,7 @@ impl PubSub {
         map.entry(name.to_vec())
             .or_default()
             .insert(conn, mailbox.clone());
+        self.recount();
     }
 
     pub fn unsubscribe(&mut self, pattern: bool, name: &[u8], conn: u64) {
@@ -43,6 +81,7 @@ impl PubSub {
                 map.remove(name);
             }
         }
+        self.recount();
     }
 
     /// Forgets a closed connection.
@@ -53,12 +92,14 @@ impl PubSub {
             });
             map.retain(|_, listeners| !listeners.is_empty());
         }
+        self.recount();
     }
 
     /// Every listener drops off (the server restarted).
     pub fn clear(&mut self) {
         self.channels.clear();
         self.patterns.clear();
+        self.recount();
     }
 
     /// `PUBLISH`: how many received it, as Redis counts (a connection

@@ -71,6 +71,13 @@ impl Server {
         f(&mut state.keys)
     }
 
+    /// Waits until the server has at least `n` subscriptions (channels and
+    /// patterns, all connections): a waiter listens for wake-ups.
+    pub async fn until_subscriptions(&self, n: usize) {
+        let mut count = self.state().pubsub.watch_count();
+        let _ = count.wait_for(|count| *count >= n).await;
+    }
+
     /// Runs one command as a connection speaking RESP2 would, without a
     /// connection: for checks and unit tests.
     pub fn call(&self, args: &[&str]) -> Reply {

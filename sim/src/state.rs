@@ -35,7 +35,8 @@ pub const CONNECTION_COMMANDS: &[&str] = &[
 
 /// Commands [`State::run`] answers besides the data commands.
 pub const SERVER_COMMANDS: &[&str] = &[
-    "PING", "ECHO", "PUBLISH", "EVAL", "EVALSHA", "SCRIPT", "ROLE", "WAIT", "COMMAND", "INFO",
+    "PING", "ECHO", "PUBLISH", "PUBSUB", "EVAL", "EVALSHA", "SCRIPT", "ROLE", "WAIT", "COMMAND",
+    "INFO",
 ];
 
 /// What a script may not call (Redis flags them `noscript`).
@@ -134,6 +135,7 @@ impl State {
             "ECHO" => Reply::arity("echo"),
             "PUBLISH" if args.len() == 3 => Reply::Int(self.pubsub.publish(&args[1], &args[2])),
             "PUBLISH" => Reply::arity("publish"),
+            "PUBSUB" => self.introspect(args),
             "EVAL" | "EVALSHA" => self.eval(now_us, &name, args),
             "SCRIPT" => self.script(args),
             "ROLE" => Reply::Array(vec![
@@ -186,6 +188,35 @@ impl State {
             scripting.eval(&args[1], keys, argv, &mut exec)
         } else {
             scripting.evalsha(&String::from_utf8_lossy(&args[1]), keys, argv, &mut exec)
+        }
+    }
+
+    /// `PUBSUB NUMSUB|CHANNELS|NUMPAT`.
+    fn introspect(&self, args: &[Bytes]) -> Reply {
+        let sub = args
+            .get(1)
+            .map(|s| String::from_utf8_lossy(s).to_ascii_uppercase());
+        match sub.as_deref() {
+            Some("NUMSUB") => Reply::Array(
+                args[2..]
+                    .iter()
+                    .flat_map(|c| {
+                        [
+                            Reply::Bulk(c.clone()),
+                            Reply::Int(self.pubsub.listeners(c) as i64),
+                        ]
+                    })
+                    .collect(),
+            ),
+            Some("CHANNELS") => Reply::Array(
+                self.pubsub
+                    .channels(args.get(2).map(Vec::as_slice))
+                    .into_iter()
+                    .map(Reply::Bulk)
+                    .collect(),
+            ),
+            Some("NUMPAT") => Reply::Int(self.pubsub.patterns() as i64),
+            _ => Reply::err("ERR unknown subcommand. Try PUBSUB HELP."),
         }
     }
 

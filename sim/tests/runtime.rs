@@ -1,0 +1,313 @@
+//! The unmodified runtime against the simulated server on a loopback port:
+//! its scripts, its script-free engine and its wake-ups, as against Redis.
+//!
+//! No timing is measured: a waiter "woken by the release" is one that has
+//! the key while its own retry is still a minute away, and the bounds below
+//! only stop a hang.
+
+use std::time::Duration;
+
+use lockmacro_runtime::{
+    BackendErrorKind, KeyKind, LockError, Locker, ObtainOptions, RedisBackend, RedisConfig,
+    RetryStrategy, Scripts,
+};
+use lockmacro_sim::{ManualClock, Server, SystemClock};
+
+const TTL: Duration = Duration::from_secs(30);
+/// A bound for a hang, far below a waiter's own next retry (60 s) and the
+/// holder's lease (30 s): a waiter done within it was woken.
+const HANG: Duration = Duration::from_secs(10);
+
+async fn serve(server: &Server) -> String {
+    let addr = server.listen().await.expect("listen on loopback");
+    format!("redis://{addr}/")
+}
+
+async fn locker(url: &str, scripts: Scripts) -> Locker {
+    let config = RedisConfig::default().scripts(scripts);
+    Locker::new(
+        RedisBackend::connect_with(url, config)
+            .await
+            .expect("connect to the simulated server"),
+    )
+}
+
+/// Waits for a release: its next retry is a minute away.
+fn patient(options: ObtainOptions) -> ObtainOptions {
+    options.retry(RetryStrategy::linear(Duration::from_secs(60)).deadline(Duration::from_secs(50)))
+}
+
+fn busy(result: Result<impl std::fmt::Debug, LockError>) {
+    let err = result.expect_err("the key is held");
+    assert!(err.is_not_obtained(), "{err:?}");
+}
+
+async fn woken<T>(waiter: tokio::task::JoinHandle<T>) -> T {
+    tokio::time::timeout(HANG, waiter)
+        .await
+        .expect("the waiter was not woken by the release")
+        .expect("the waiter's task")
+}
+
+#[tokio::test]
+async fn obtain_contend_release_refresh_inspect() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let (a, b) = (
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+    );
+    let lock = a
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    busy(b.obtain("job", TTL, ObtainOptions::new()).await);
+    lock.refresh(Duration::from_secs(120))
+        .await
+        .expect("refresh");
+    assert!(
+        lock.remaining().await.expect("remaining") > TTL,
+        "the refresh lengthened the lease"
+    );
+    let seen = b.inspect("job").await.expect("inspect");
+    assert_eq!(seen.kind, Some(KeyKind::Lock));
+    assert_eq!(seen.holders.len(), 1);
+    lock.release().await.expect("release");
+    assert_eq!(
+        server.with_keyspace(|keys| keys.len()),
+        0,
+        "the release left keys behind"
+    );
+    let lock = b
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain after release");
+    assert!(b.force_release("job").await.expect("force release"));
+    drop(lock);
+}
+
+#[tokio::test]
+async fn fence_tokens_increase() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let a = locker(&url, Scripts::Auto).await;
+    let mut last = 0;
+    for _ in 0..3 {
+        let lock = a
+            .obtain("job", TTL, ObtainOptions::new().fence())
+            .await
+            .expect("obtain");
+        let token = lock.fence_token().expect("a fenced lock has a token");
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        lock.release().await.expect("release");
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_release() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let (a, b) = (
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+    );
+    let held = a
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    let waiter =
+        tokio::spawn(async move { b.obtain("job", TTL, patient(ObtainOptions::new())).await });
+    server.until_subscriptions(1).await;
+    held.release().await.expect("release");
+    woken(waiter)
+        .await
+        .expect("the waiter obtains")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test]
+async fn a_fair_lock_is_handed_over_in_order() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let a = locker(&url, Scripts::Auto).await;
+    let fair = || patient(ObtainOptions::new().fair());
+    let held = a
+        .obtain("job", TTL, ObtainOptions::new().fair())
+        .await
+        .expect("obtain");
+    let first = locker(&url, Scripts::Auto).await;
+    let first = tokio::spawn(async move { first.obtain("job", TTL, fair()).await });
+    server.until_subscriptions(1).await;
+    let queued = |server: &Server| {
+        server.with_keyspace(|keys| {
+            keys.keys()
+                .filter_map(|k| match keys.get(k) {
+                    Some(lockmacro_sim::Value::List(list)) => Some(list.len()),
+                    _ => None,
+                })
+                .sum::<usize>()
+        })
+    };
+    assert_eq!(queued(&server), 1, "the first waiter is queued");
+    held.release().await.expect("release");
+    let lock = woken(first)
+        .await
+        .expect("the first waiter is handed the lock");
+    lock.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn permits_n_at_a_time() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let lockers = [
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+    ];
+    let two = || ObtainOptions::new().permits(2);
+    let one = lockers[0]
+        .obtain("api", TTL, two())
+        .await
+        .expect("first permit");
+    let _second = lockers[1]
+        .obtain("api", TTL, two())
+        .await
+        .expect("second permit");
+    busy(lockers[2].obtain("api", TTL, two()).await);
+    let seen = lockers[2].inspect("api").await.expect("inspect");
+    assert_eq!(seen.kind, Some(KeyKind::Semaphore { permits: 2 }));
+    assert_eq!(seen.holders.len(), 2);
+    let third = lockers[2].clone();
+    let waiter = tokio::spawn(async move { third.obtain("api", TTL, patient(two())).await });
+    server.until_subscriptions(1).await;
+    one.release().await.expect("release");
+    woken(waiter)
+        .await
+        .expect("the third obtains once one is released");
+}
+
+#[tokio::test]
+async fn readers_share_and_a_writer_waits() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let (a, b, c) = (
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+    );
+    let r1 = a
+        .obtain("doc", TTL, ObtainOptions::new().read())
+        .await
+        .expect("reader");
+    let r2 = b
+        .obtain("doc", TTL, ObtainOptions::new().read())
+        .await
+        .expect("a second reader");
+    busy(c.obtain("doc", TTL, ObtainOptions::new().write()).await);
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+    let w = c
+        .obtain("doc", TTL, ObtainOptions::new().write())
+        .await
+        .expect("writer");
+    busy(a.obtain("doc", TTL, ObtainOptions::new().read()).await);
+    assert_eq!(
+        a.inspect("doc").await.expect("inspect").kind,
+        Some(KeyKind::ReadWrite)
+    );
+    w.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_lease_expires_on_the_servers_clock() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let server = Server::new(clock.clone());
+    let url = serve(&server).await;
+    let (a, b) = (
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+    );
+    let _held = a
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    clock.advance_ms(TTL.as_millis() as u64 - 1);
+    busy(b.obtain("job", TTL, ObtainOptions::new()).await);
+    clock.advance_ms(2);
+    b.obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain once the lease is past");
+}
+
+#[tokio::test]
+async fn a_restart_that_forgets_the_scripts_is_ridden_out() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let a = locker(&url, Scripts::Auto).await;
+    a.obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain")
+        .release()
+        .await
+        .expect("release");
+    server.restart();
+    let lock = a
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain after a restart");
+    lock.release().await.expect("release");
+}
+
+/// The runtime's script-free engine: the server refuses scripts as a Redis
+/// 7 user with `-@scripting` is refused.
+#[tokio::test]
+async fn without_scripts_locks_fences_and_wakeups_still_work() {
+    let server = Server::new(SystemClock);
+    server.refuse_scripts(true);
+    let url = serve(&server).await;
+    let (a, b) = (
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+    );
+    let lock = a
+        .obtain_many(["job", "other"], TTL, ObtainOptions::new().fence())
+        .await
+        .expect("a fenced obtain of two keys");
+    let first = lock.fence_token().expect("a token");
+    busy(b.obtain("other", TTL, ObtainOptions::new()).await);
+    lock.refresh(Duration::from_secs(120))
+        .await
+        .expect("refresh");
+    assert!(lock.remaining().await.expect("remaining") > TTL);
+    let seen = b.inspect("job").await.expect("inspect");
+    assert_eq!(seen.holders.len(), 1);
+    let waiter = tokio::spawn(async move {
+        b.obtain("job", TTL, patient(ObtainOptions::new().fence()))
+            .await
+    });
+    server.until_subscriptions(1).await;
+    lock.release().await.expect("release");
+    let next = woken(waiter).await.expect("the waiter obtains");
+    assert!(next.fence_token().expect("a token") > first);
+    next.release().await.expect("release");
+    let refused = a
+        .obtain("api", TTL, ObtainOptions::new().permits(2))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, LockError::Backend(e) if e.kind() == BackendErrorKind::Unsupported),
+        "a semaphore needs scripts: {refused:?}"
+    );
+    // Only the fence counter and the waiters' flag (which expires) remain.
+    let left: Vec<String> = server.with_keyspace(|keys| {
+        keys.keys()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect()
+    });
+    assert_eq!(left, ["{job}:fence", "{job}:waiters"]);
+    assert!(server.with_keyspace(|keys| keys.expires_at(b"{job}:waiters").is_some()));
+}
