@@ -1,0 +1,219 @@
+//! The same commands against the simulated server and a real
+//! `redis-server` (the test kit's), in RESP2 and RESP3: the replies, errors
+//! included, must be the same. Expiries are long and only their presence is
+//! compared, so the two clocks need not agree.
+
+use lockmacro_sim::{Server, SystemClock};
+use lockmacro_testkit::RedisServer;
+use redis::Value;
+
+/// Each command as its words; `PTTL` replies are compared by sign only.
+const SCRIPT: &[&[&str]] = &[
+    &["SET", "s", "v"],
+    &["SET", "s", "w", "NX"],
+    &["SET", "s", "w", "XX", "GET"],
+    &["SET", "s", "x", "NX", "XX"],
+    &["SET", "s", "x", "PX", "0"],
+    &["SET", "s", "x", "PX", "abc"],
+    &["SET", "s", "x", "PX", "100000", "KEEPTTL"],
+    &["SET", "s", "x", "PX", "100000"],
+    &["SET", "s", "y", "KEEPTTL"],
+    &["PTTL", "s"],
+    &["SET", "s", "z"],
+    &["PTTL", "s"],
+    &["PTTL", "missing"],
+    &["GET", "missing"],
+    &["INCR", "s"],
+    &["INCR", "n"],
+    &["INCR", "n"],
+    &["PEXPIRE", "n", "100000"],
+    &["PTTL", "n"],
+    &["PEXPIRE", "n", "0"],
+    &["EXISTS", "n", "s", "s"],
+    &["PEXPIRE", "missing", "10"],
+    &["PEXPIRE", "s", "-5"],
+    &["TYPE", "s"],
+    &["ZADD", "z", "+inf", "kind:2", "5", "a", "7", "b"],
+    &["ZADD", "z", "XX", "6", "a", "9", "c"],
+    &["ZADD", "z", "NX", "XX", "1", "a"],
+    &["ZADD", "z", "x", "a"],
+    &["ZSCORE", "z", "a"],
+    &["ZSCORE", "z", "kind:2"],
+    &["ZSCORE", "z", "nope"],
+    &["ZRANGE", "z", "0", "-1", "WITHSCORES"],
+    &["ZRANGE", "z", "0", "1"],
+    &["ZRANGE", "z", "-inf", "(+inf", "BYSCORE", "LIMIT", "0", "1"],
+    &["ZRANGE", "z", "0", "1", "LIMIT", "0", "1"],
+    &["ZRANGEBYSCORE", "z", "+inf", "+inf"],
+    &["ZRANGEBYSCORE", "z", "(5", "+inf", "WITHSCORES"],
+    &["ZCOUNT", "z", "-inf", "(+inf"],
+    &["ZCOUNT", "z", "x", "1"],
+    &["ZREMRANGEBYSCORE", "z", "-inf", "6"],
+    &["ZREM", "z", "b", "nope"],
+    &["ZREMRANGEBYSCORE", "z", "+inf", "+inf"],
+    &["EXISTS", "z"],
+    &["GET", "z"],
+    &["RPUSH", "q", "a", "b", "a", "c"],
+    &["LPOP", "s"],
+    &["LRANGE", "q", "0", "-1"],
+    &["LRANGE", "q", "-2", "100"],
+    &["LREM", "q", "1", "a"],
+    &["LSET", "q", "5", "x"],
+    &["LSET", "missing", "0", "x"],
+    &["LSET", "q", "-1", "d"],
+    &["LINDEX", "q", "0"],
+    &["LLEN", "q"],
+    &["LPOP", "q"],
+    &["LPOP", "missing", "2"],
+    &["LPOP", "q", "5"],
+    &["EXISTS", "q"],
+    &["HSET", "h", "fence", "5", "value", "v"],
+    &["HSET", "h", "fence", "6"],
+    &["HGET", "h", "fence"],
+    &["HMGET", "h", "fence", "nope", "value"],
+    &["HGETALL", "h"],
+    &["HDEL", "h", "fence", "value"],
+    &["EXISTS", "h"],
+    &["HGET", "s", "x"],
+    &["SCAN", "0", "MATCH", "s*", "COUNT", "100"],
+    &["DEL", "s", "missing"],
+    &["ECHO", "hi"],
+    &["PING"],
+    &["WAIT", "0", "0"],
+    &["COMMAND", "INFO", "DELIFEQ", "DELEX"],
+    &["DELIFEQ", "k", "v"],
+    &["EVAL", "return {1, 2.9, 'x', false, nil, 3}", "0"],
+    &["EVAL", "return {ok = 'FINE'}", "0"],
+    &[
+        "EVAL",
+        "return redis.error_reply('NOTSHARES held as a lock')",
+        "0",
+    ],
+    &["EVAL", "return redis.call('GET', KEYS[1])", "1", "nothing"],
+    &[
+        "EVAL",
+        "return {redis.call('SET', KEYS[1], ARGV[1]), redis.call('ZADD', 'zz', '+inf', 'm')}",
+        "1",
+        "k",
+        "v",
+    ],
+    &["EVAL", "return redis.call('ZSCORE', 'zz', 'm')", "0"],
+    &["EVAL", "return cjson.encode({v = 'a/b', t = 3})", "0"],
+    &[
+        "EVAL",
+        "local e = cjson.decode('{\"v\":\"x\",\"e\":12.5}') return {e.v, e.e}",
+        "0",
+    ],
+    &["EVAL", "return redis.pcall('LPOP', KEYS[1])", "1", "k"],
+    &["EVAL", "return tostring(redis.call('GET', 'nothing'))", "0"],
+    &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"],
+    &[
+        "SCRIPT",
+        "EXISTS",
+        "ffffffffffffffffffffffffffffffffffffffff",
+    ],
+    &["EVAL", "return 1", "-1"],
+    &["EVAL", "return 1", "3", "a"],
+];
+
+/// A reply, with a script error cut before the text that names the script
+/// (its hash, and a line number Redis 7.0 and 7.2 tell differently).
+fn outcome(command: &[&str], result: redis::RedisResult<Value>) -> String {
+    match result {
+        Ok(Value::Int(ms)) if command[0] == "PTTL" && ms > 0 => "a positive PTTL".into(),
+        Ok(value) => format!("{value:?}"),
+        Err(err) => {
+            let text = format!(
+                "{} {}",
+                err.code().unwrap_or("?"),
+                err.detail().unwrap_or("")
+            );
+            text.split(" script: ")
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    }
+}
+
+async fn replies(url: &str) -> Vec<String> {
+    run(url, SCRIPT).await
+}
+
+async fn run(url: &str, script: &[&[&str]]) -> Vec<String> {
+    let client = redis::Client::open(url).expect("a valid URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut out = Vec::new();
+    for command in script {
+        let mut cmd = redis::cmd(command[0]);
+        cmd.arg(&command[1..]);
+        out.push(outcome(command, cmd.query_async(&mut conn).await));
+    }
+    let () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("flush");
+    out
+}
+
+#[tokio::test]
+async fn the_simulated_server_answers_as_redis_does() {
+    let real = RedisServer::start();
+    let sim = Server::new(SystemClock);
+    let sim_addr = sim.listen().await.expect("listen");
+    for query in ["", "?protocol=resp3"] {
+        let expected = replies(&format!("{}{query}", real.url())).await;
+        let got = replies(&format!("redis://{sim_addr}/{query}")).await;
+        let diffs: Vec<String> = SCRIPT
+            .iter()
+            .zip(expected.iter().zip(&got))
+            .filter(|(_, (e, g))| e != g)
+            .map(|(c, (e, g))| format!("{}\n  redis: {e}\n  sim:   {g}", c.join(" ")))
+            .collect();
+        assert!(diffs.is_empty(), "{query}:\n{}", diffs.join("\n"));
+    }
+}
+
+/// A user whose ACL has `-@scripting` on Redis, and a server refusing
+/// scripts in the simulation: the same refusals, which the runtime reads to
+/// go on without scripts.
+#[tokio::test]
+async fn scripts_are_refused_as_an_acl_refuses_them() {
+    const DENIED: &[&[&str]] = &[
+        &["SCRIPT", "LOAD", "return 1"],
+        &["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
+        &["EVAL", "return 1", "0"],
+        &["SET", "k", "v"],
+        &["GET", "k"],
+    ];
+    let real = RedisServer::start();
+    let () = real.cmd(&[
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-@scripting",
+    ]);
+    let sim = Server::new(SystemClock);
+    sim.refuse_scripts(true);
+    let sim_addr = sim.listen().await.expect("listen");
+    for query in ["", "?protocol=resp3"] {
+        let real_url = format!("redis://locker:pw@127.0.0.1:{}/{query}", real.port());
+        let expected = run(&real_url, DENIED).await;
+        let got = run(&format!("redis://locker:pw@{sim_addr}/{query}"), DENIED).await;
+        // Redis 7.0 says "this user", 7.2 (which the simulation answers
+        // as) names the user; the runtime reads neither, only the command.
+        let expected: Vec<String> = expected
+            .iter()
+            .map(|e| e.replace("NOPERM this user", "NOPERM User locker"))
+            .collect();
+        assert_eq!(got, expected, "{query}");
+    }
+}
