@@ -29,6 +29,10 @@ pub(crate) struct Inner {
     pub(crate) paused: watch::Sender<bool>,
     /// Raised to close every connection.
     pub(crate) generation: watch::Sender<u64>,
+    /// Counts the requests answered, for [`Server::until`].
+    answered: watch::Sender<u64>,
+    /// Requests read and held by a pause.
+    held: watch::Sender<usize>,
     next_id: AtomicU64,
 }
 
@@ -47,6 +51,8 @@ impl Server {
                 clock: Arc::new(clock),
                 paused: watch::Sender::new(false),
                 generation: watch::Sender::new(0),
+                held: watch::Sender::new(0),
+                answered: watch::Sender::new(0),
                 next_id: AtomicU64::new(1),
             }),
         }
@@ -63,7 +69,7 @@ impl Server {
     }
 
     /// Looks at or changes the keys behind the clients' backs, as a
-    /// simulation's checks do.
+    /// simulation's checks do (a pause does not stop it).
     pub fn with_keyspace<R>(&self, f: impl FnOnce(&mut Keyspace) -> R) -> R {
         let mut state = self.state();
         let now_ms = self.inner.clock.now_us() / 1000;
@@ -78,8 +84,52 @@ impl Server {
         let _ = count.wait_for(|count| *count >= n).await;
     }
 
+    /// Waits until `ready` is true of the keys, looking again after each
+    /// request the server answers: a test waits for a state (a waiter
+    /// queued) instead of polling on a timer.
+    pub async fn until(&self, mut ready: impl FnMut(&Keyspace) -> bool) {
+        let mut answered = self.inner.answered.subscribe();
+        loop {
+            answered.borrow_and_update();
+            if self.with_keyspace(|keys| ready(keys)) {
+                return;
+            }
+            if answered.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits until at least `n` requests are held by a pause: a test knows
+    /// they arrived before it resumes the server.
+    pub async fn until_held(&self, n: usize) {
+        let mut held = self.inner.held.subscribe();
+        let _ = held.wait_for(|held| *held >= n).await;
+    }
+
+    /// Waits while the server is paused; false once its connections are to
+    /// close.
+    async fn running(
+        &self,
+        paused: &mut watch::Receiver<bool>,
+        generation: &mut watch::Receiver<u64>,
+    ) -> bool {
+        if !*paused.borrow() {
+            return true;
+        }
+        self.inner.held.send_modify(|held| *held += 1);
+        let running = tokio::select! {
+            biased;
+            _ = generation.changed() => false,
+            result = paused.wait_for(|paused| !paused) => result.is_ok(),
+        };
+        self.inner.held.send_modify(|held| *held -= 1);
+        running
+    }
+
     /// Runs one command as a connection speaking RESP2 would, without a
-    /// connection: for checks and unit tests.
+    /// connection and whether or not the server is paused: for a
+    /// simulation's checks and for tests.
     pub fn call(&self, args: &[&str]) -> Reply {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
         let (mailbox, _) = mpsc::unbounded_channel();
@@ -124,7 +174,7 @@ impl Server {
                 _ = generation.changed() => break,
                 message = messages.recv() => {
                     let Some(message) = message else { break };
-                    if !running(&mut paused, &mut generation).await {
+                    if !self.running(&mut paused, &mut generation).await {
                         break;
                     }
                     encode(&message, session.resp3, &mut output);
@@ -150,13 +200,14 @@ impl Server {
                                 if args.is_empty() {
                                     continue;
                                 }
-                                if !running(&mut paused, &mut generation).await {
+                                if !self.running(&mut paused, &mut generation).await {
                                     break 'connection;
                                 }
                                 let now = self.inner.clock.now_us();
                                 for reply in session.handle(&mut self.state(), now, &args) {
                                     encode(&reply, session.resp3, &mut output);
                                 }
+                                self.inner.answered.send_modify(|n| *n += 1);
                                 if session.closing {
                                     let _ = writer.write_all(&output).await;
                                     break 'connection;
@@ -173,18 +224,5 @@ impl Server {
         }
         session.leave(&mut self.state());
         let _ = writer.shutdown().await;
-    }
-}
-
-/// Waits while the server is paused; false once its connections are to
-/// close.
-async fn running(
-    paused: &mut watch::Receiver<bool>,
-    generation: &mut watch::Receiver<u64>,
-) -> bool {
-    tokio::select! {
-        biased;
-        _ = generation.changed() => false,
-        result = paused.wait_for(|paused| !paused) => result.is_ok(),
     }
 }

@@ -128,6 +128,16 @@ async fn a_waiter_is_woken_by_the_release() {
         .expect("release");
 }
 
+/// The length of every list on the server: the fair queues' waiters.
+fn queued(keys: &lockmacro_sim::Keyspace) -> usize {
+    keys.keys()
+        .filter_map(|k| match keys.get(k) {
+            Some(lockmacro_sim::Value::List(list)) => Some(list.len()),
+            _ => None,
+        })
+        .sum()
+}
+
 #[tokio::test]
 async fn a_fair_lock_is_handed_over_in_order() {
     let server = Server::new(SystemClock);
@@ -138,24 +148,23 @@ async fn a_fair_lock_is_handed_over_in_order() {
         .obtain("job", TTL, ObtainOptions::new().fair())
         .await
         .expect("obtain");
-    let first = locker(&url, Scripts::Auto).await;
+    let (first, second) = (
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+    );
     let first = tokio::spawn(async move { first.obtain("job", TTL, fair()).await });
+    server.until(|keys| queued(keys) == 1).await;
     server.until_subscriptions(1).await;
-    let queued = |server: &Server| {
-        server.with_keyspace(|keys| {
-            keys.keys()
-                .filter_map(|k| match keys.get(k) {
-                    Some(lockmacro_sim::Value::List(list)) => Some(list.len()),
-                    _ => None,
-                })
-                .sum::<usize>()
-        })
-    };
-    assert_eq!(queued(&server), 1, "the first waiter is queued");
+    let second = tokio::spawn(async move { second.obtain("job", TTL, fair()).await });
+    server.until(|keys| queued(keys) == 2).await;
+    server.until_subscriptions(2).await;
     held.release().await.expect("release");
     let lock = woken(first)
         .await
         .expect("the first waiter is handed the lock");
+    assert!(!second.is_finished(), "the second waits for the first");
+    lock.release().await.expect("release");
+    let lock = woken(second).await.expect("then the second");
     lock.release().await.expect("release");
 }
 

@@ -62,7 +62,7 @@ fn hash_at<'a>(
 }
 
 fn hset(ctx: &mut Ctx, args: &[Bytes]) -> Result<Reply, Reply> {
-    if args.len() < 4 || args.len() % 2 != 0 {
+    if args.len() < 4 || !args.len().is_multiple_of(2) {
         return Err(Reply::arity("hset"));
     }
     let mut hash = hash_at(ctx.keys, &args[1])?.cloned().unwrap_or_default();

@@ -74,7 +74,7 @@ fn zadd(ctx: &mut Ctx, args: &[Bytes]) -> Result<Reply, Reply> {
         i += 1;
     }
     let pairs = &args[i..];
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
         return Err(Reply::syntax());
     }
     if nx && xx {
@@ -82,7 +82,7 @@ fn zadd(ctx: &mut Ctx, args: &[Bytes]) -> Result<Reply, Reply> {
             "ERR XX and NX options at the same time are not compatible",
         ));
     }
-    if (gt && nx) || (lt && nx) || (gt && lt) {
+    if ((gt || lt) && nx) || (gt && lt) {
         return Err(Reply::err(
             "ERR GT, LT, and/or NX options at the same time are not compatible",
         ));

@@ -50,7 +50,7 @@ pub fn from_lua(value: &Value) -> Reply {
     match value {
         Value::Nil | Value::Boolean(false) => Reply::Nil,
         Value::Boolean(true) => Reply::Int(1),
-        Value::Integer(i) => Reply::Int(*i as i64),
+        Value::Integer(i) => Reply::Int(*i),
         Value::Number(n) => Reply::Int(*n as i64),
         Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
         Value::Table(table) => from_table(table),
