@@ -320,3 +320,103 @@ async fn without_scripts_locks_fences_and_wakeups_still_work() {
     assert_eq!(left, ["{job}:fence", "{job}:waiters"]);
     assert!(server.with_keyspace(|keys| keys.expires_at(b"{job}:waiters").is_some()));
 }
+
+#[tokio::test]
+async fn lists_fenced_values_many_keys_and_a_downgrade() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let a = locker(&url, Scripts::Auto).await.with_namespace("billing");
+    let b = locker(&url, Scripts::Auto).await.with_namespace("billing");
+    let _one = a
+        .obtain("user:1", TTL, ObtainOptions::new().metadata("worker-1"))
+        .await
+        .expect("obtain");
+    let two = a
+        .obtain("user:2", TTL, ObtainOptions::new().fence())
+        .await
+        .expect("obtain");
+    let _report = a
+        .obtain("report", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    let users = b.list("user:").await.expect("list (SCAN)");
+    let keys: Vec<&str> = users.iter().map(|info| info.key.as_str()).collect();
+    assert_eq!(keys, ["user:1", "user:2"]);
+    assert_eq!(users[0].inspection.holders[0].metadata, "worker-1");
+
+    let store = lockmacro_runtime::FencedStore::connect(&url)
+        .await
+        .expect("a fenced store");
+    let token = two.fence_token().expect("a token");
+    assert!(
+        store
+            .set("balance", "10", token)
+            .await
+            .expect("a fenced write")
+    );
+    assert!(
+        !store
+            .set("balance", "5", token - 1)
+            .await
+            .expect("a stale write"),
+        "a stale token is refused"
+    );
+    let value = store.get("balance").await.expect("get").expect("a value");
+    assert_eq!((value.token, value.value.as_str()), (token, "10"));
+
+    let many = b
+        .obtain_many(["x", "y"], TTL, ObtainOptions::new().fence())
+        .await
+        .expect("two keys at once");
+    busy(a.obtain("y", TTL, ObtainOptions::new()).await);
+    many.release().await.expect("release");
+
+    let writer = a
+        .obtain("doc", TTL, ObtainOptions::new().write())
+        .await
+        .expect("writer");
+    let reader = writer.downgrade().await.expect("downgrade to a reader");
+    b.obtain("doc", TTL, ObtainOptions::new().read())
+        .await
+        .expect("a second reader beside the downgraded one");
+    reader.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn scripts_never_or_required_on_a_server_that_refuses_them() {
+    let server = Server::new(SystemClock);
+    server.refuse_scripts(true);
+    let url = serve(&server).await;
+    let never = locker(&url, Scripts::Never).await;
+    never
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("never tries a script")
+        .release()
+        .await
+        .expect("release");
+    let required = locker(&url, Scripts::Required).await;
+    let err = required
+        .obtain("job", TTL, ObtainOptions::new().fence())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::Backend(e) if e.kind() == BackendErrorKind::Permission),
+        "{err:?}"
+    );
+}
+
+/// Scripts allowed at connect and refused before the first lock: the
+/// refusal of the call itself switches `Auto` over.
+#[tokio::test]
+async fn scripts_refused_after_connect_switch_auto_over() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let auto = locker(&url, Scripts::Auto).await;
+    server.refuse_scripts(true);
+    let lock = auto
+        .obtain("job", TTL, ObtainOptions::new().fence())
+        .await
+        .expect("a fenced obtain");
+    lock.release().await.expect("release");
+}
