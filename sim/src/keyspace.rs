@@ -5,8 +5,9 @@
 //! iteration order (SCAN, a restart that keeps a fraction of the keys):
 //! nothing in the simulated server may depend on a hasher's seed.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
+use crate::expiry::Expiries;
 use crate::sorted::SortedSet;
 
 /// A key, a member or a value: Redis strings are bytes.
@@ -56,15 +57,12 @@ struct Entry {
 /// `WATCH` compares.
 ///
 /// Expiry: [`Keyspace::expire_due`] deletes every key whose time has passed;
-/// the server calls it before each command, script or transaction, so a key
-/// past its expiry is never seen (what Redis's lazy expiry on access plus its
-/// active cycle guarantee to a client), and its deletion counts as a write
-/// for `WATCH`, as in Redis 7 for a key that existed when it was watched.
+/// the server calls it before each command, script or transaction (see
+/// [`crate::expiry`] for why that is Redis's behaviour as a client sees it).
 #[derive(Debug, Clone, Default)]
 pub struct Keyspace {
     entries: BTreeMap<Bytes, Entry>,
-    /// (expires_at, key) for every key with an expiry: the due ones first.
-    expiries: BTreeSet<(u64, Bytes)>,
+    expiries: Expiries,
     /// The stamp of each key's last change, kept after a deletion so that a
     /// key deleted and set again does not look untouched to a watcher.
     stamps: BTreeMap<Bytes, u64>,
@@ -78,11 +76,7 @@ impl Keyspace {
 
     /// Deletes the keys whose expiry is before `now_ms`.
     pub fn expire_due(&mut self, now_ms: u64) {
-        while let Some((at, _)) = self.expiries.first() {
-            if *at >= now_ms {
-                break;
-            }
-            let (_, key) = self.expiries.pop_first().expect("checked above");
+        while let Some(key) = self.expiries.pop_due(now_ms) {
             self.entries.remove(&key);
             self.touch(&key);
         }
@@ -119,7 +113,7 @@ impl Keyspace {
     pub fn set(&mut self, key: &[u8], value: Value, expires_at: Option<u64>) {
         self.unindex_expiry(key);
         if let Some(at) = expires_at {
-            self.expiries.insert((at, key.to_vec()));
+            self.expiries.insert(at, key);
         }
         self.entries
             .insert(key.to_vec(), Entry { value, expires_at });
@@ -155,7 +149,7 @@ impl Keyspace {
         }
         self.unindex_expiry(key);
         if let Some(at) = expires_at {
-            self.expiries.insert((at, key.to_vec()));
+            self.expiries.insert(at, key);
         }
         self.entries.get_mut(key).expect("checked above").expires_at = expires_at;
         self.touch(key);
@@ -197,7 +191,7 @@ impl Keyspace {
 
     fn unindex_expiry(&mut self, key: &[u8]) {
         if let Some(at) = self.expires_at(key) {
-            self.expiries.remove(&(at, key.to_vec()));
+            self.expiries.remove(at, key);
         }
     }
 

@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod commands;
+pub mod expiry;
 mod faults;
 pub mod keyspace;
 pub mod lua;

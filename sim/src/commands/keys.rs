@@ -73,16 +73,31 @@ fn ttl(ctx: &Ctx, key: &[u8], millis: bool) -> Reply {
     }
 }
 
-/// `PEXPIRE key ms`, `EXPIRE key s`, `PEXPIREAT key ms`: an expiry already
-/// past (`ms <= 0`) deletes the key at once, as Redis does, and answers 1.
+/// `PEXPIRE key ms [NX|XX|GT|LT]`, `EXPIRE key s …`, `PEXPIREAT key ms …`:
+/// an expiry already past (`ms <= 0`) deletes the key at once, as Redis
+/// does, and answers 1. For `GT` and `LT` a key without an expiry counts as
+/// expiring never.
 fn expire(ctx: &mut Ctx, name: &str, args: &[Bytes]) -> Result<Reply, Reply> {
     arity(name, args, -3)?;
-    if args.len() > 3 {
-        // NX/XX/GT/LT: nothing in the runtime sends them.
-        return Err(Reply::err(format!(
-            "ERR Unsupported option {}",
-            String::from_utf8_lossy(&args[3])
-        )));
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for option in &args[3..] {
+        match upper(option).as_str() {
+            "NX" => nx = true,
+            "XX" => xx = true,
+            "GT" => gt = true,
+            "LT" => lt = true,
+            other => return Err(Reply::err(format!("ERR Unsupported option {other}"))),
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(Reply::err(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if gt && lt {
+        return Err(Reply::err(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
     }
     let amount = int_arg(&args[2])?;
     let invalid = || {
@@ -99,13 +114,22 @@ fn expire(ctx: &mut Ctx, name: &str, args: &[Bytes]) -> Result<Reply, Reply> {
         _ => Some(amount),
     }
     .ok_or_else(invalid)?;
-    if !ctx.keys.exists(&args[1]) {
+    let key = &args[1];
+    if !ctx.keys.exists(key) {
+        return Ok(Reply::Int(0));
+    }
+    let current = ctx.keys.expires_at(key).map(|at| at as i64);
+    let applies = match current {
+        None => !xx && !gt,
+        Some(current) => !nx && (!gt || at > current) && (!lt || at < current),
+    };
+    if !applies {
         return Ok(Reply::Int(0));
     }
     if at <= ctx.now_ms() as i64 {
-        ctx.keys.remove(&args[1]);
+        ctx.keys.remove(key);
     } else {
-        ctx.keys.set_expiry(&args[1], Some(at as u64));
+        ctx.keys.set_expiry(key, Some(at as u64));
     }
     Ok(Reply::Int(1))
 }
