@@ -8,6 +8,28 @@
 //! iteration order is fixed, so a run replays from its seed. Faults
 //! (pause, restart with all or some keys lost, dropped connections) are
 //! hooks on [`Server`].
+//!
+//! ```
+//! use lockmacro_sim::{ManualClock, Reply, Server};
+//!
+//! let clock = ManualClock::new(1_700_000_000_000);
+//! let server = Server::new(clock.clone());
+//! assert_eq!(server.call(&["SET", "job", "token", "PX", "30000", "NX"]), Reply::ok());
+//! clock.advance_ms(30_001);
+//! assert_eq!(server.call(&["GET", "job"]), Reply::Nil);
+//! // Lose some keys in a restart, chosen in key order (a seeded RNG would
+//! // decide the same way each run):
+//! server.call(&["SET", "a", "1"]);
+//! server.call(&["SET", "b", "2"]);
+//! server.restart_keeping(|key, _| key == b"a");
+//! assert_eq!(server.call(&["EXISTS", "a", "b"]), Reply::Int(1));
+//! ```
+//!
+//! A connection is served by [`Server::serve`] on any `AsyncRead +
+//! AsyncWrite` stream (a simulated network's), or by [`Server::listen`] on
+//! a loopback port. Tests wait for states with [`Server::until`],
+//! [`Server::until_subscriptions`] and [`Server::until_held`], never on
+//! timers.
 
 pub mod clock;
 pub mod commands;

@@ -119,6 +119,7 @@ const SCRIPT: &[&[&str]] = &[
     &["EVAL", "return redis.pcall('LPOP', KEYS[1])", "1", "k"],
     &["EVAL", "return tostring(redis.call('GET', 'nothing'))", "0"],
     &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"],
+    &["EVAL", "return redis.REDIS_VERSION_NUM >= 0x070000", "0"],
     &[
         "SCRIPT",
         "EXISTS",
@@ -226,6 +227,75 @@ async fn scripts_are_refused_as_an_acl_refuses_them() {
             .iter()
             .map(|e| e.replace("NOPERM this user", "NOPERM User locker"))
             .collect();
+        assert_eq!(got, expected, "{query}");
+    }
+}
+
+/// `WATCH`/`MULTI`/`EXEC` on two connections, as the script-free engine
+/// uses them: the same replies from both servers.
+#[tokio::test]
+async fn transactions_abort_as_redis_aborts_them() {
+    async fn transactions(url: &str) -> Vec<String> {
+        let client = redis::Client::open(url).expect("a valid URL");
+        let mut a = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let mut b = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let mut out = Vec::new();
+        let exec = async |a: &mut redis::aio::MultiplexedConnection| {
+            let result: redis::RedisResult<Value> = redis::pipe()
+                .atomic()
+                .cmd("SET")
+                .arg("k")
+                .arg("1")
+                .cmd("INCR")
+                .arg("k")
+                .cmd("GET")
+                .arg("k")
+                .query_async(a)
+                .await;
+            outcome(&["EXEC"], result)
+        };
+        for touch in [
+            None,
+            Some(["SET", "k", "b"]),
+            Some(["DEL", "k", "x"]),
+            Some(["DEL", "nothing", "x"]),
+        ] {
+            let () = redis::cmd("WATCH")
+                .arg("k")
+                .query_async(&mut a)
+                .await
+                .expect("watch");
+            if let Some(touch) = touch {
+                let _: Value = redis::cmd(touch[0])
+                    .arg(&touch[1..])
+                    .query_async(&mut b)
+                    .await
+                    .expect("touch");
+            }
+            out.push(exec(&mut a).await);
+        }
+        let r: redis::RedisResult<Value> = redis::cmd("EXEC").query_async(&mut a).await;
+        out.push(outcome(&["EXEC"], r));
+        let r: redis::RedisResult<Value> = redis::cmd("UNWATCH").query_async(&mut a).await;
+        out.push(outcome(&["UNWATCH"], r));
+        let () = redis::cmd("FLUSHALL")
+            .query_async(&mut a)
+            .await
+            .expect("flush");
+        out
+    }
+    let real = RedisServer::start();
+    let sim = Server::new(SystemClock);
+    let sim_addr = sim.listen().await.expect("listen");
+    for query in ["", "?protocol=resp3"] {
+        let expected = transactions(&format!("{}{query}", real.url())).await;
+        let got = transactions(&format!("redis://{sim_addr}/{query}")).await;
         assert_eq!(got, expected, "{query}");
     }
 }

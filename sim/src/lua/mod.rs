@@ -123,6 +123,8 @@ impl Scripting {
             "sha1hex",
             lua.create_function(|_, text: mlua::String| Ok(sha1hex(&text.as_bytes())))?,
         )?;
+        redis.set("REDIS_VERSION", crate::VERSION)?;
+        redis.set("REDIS_VERSION_NUM", version_number(crate::VERSION))?;
         cjson::install(&lua)?;
         let rand = Rand48::new();
         let math: Table = lua.globals().get("math")?;
@@ -271,6 +273,14 @@ impl Scripting {
         })
         .map_err(outer)
     }
+}
+
+/// `7.2.4` as Redis's `0x070204`.
+fn version_number(version: &str) -> u32 {
+    version
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0))
+        .fold(0, |number, part| (number << 8) | part)
 }
 
 /// What `redis.call(...)` asks, checked as Redis checks it, then run.
