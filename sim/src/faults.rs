@@ -37,7 +37,8 @@ impl Server {
         {
             let mut state = self.state();
             state.keys.retain(keep);
-            state.scripting.flush();
+            // A new process: no scripts, math.random from its start.
+            state.scripting = crate::lua::Scripting::new();
             state.pubsub.clear();
         }
         self.drop_connections();

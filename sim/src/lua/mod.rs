@@ -67,15 +67,16 @@ dofile, loadfile, print = nil, nil, nil
 return hidden
 "#;
 
-/// Redis 7 forbids scripts to create globals or read undefined ones: a
-/// script that would on Redis fails here too.
+/// Redis 7 forbids scripts to create globals (its globals table is
+/// read-only) or read undefined ones: a script that would on Redis fails
+/// here too, with Redis's message.
 const PROTECT_GLOBALS: &str = r#"
 setmetatable(_G, {
   __index = function(_, name)
     error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
   end,
   __newindex = function(_, name)
-    error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
+    error("Attempt to modify a readonly table", 2)
   end,
 })
 "#;
@@ -84,7 +85,6 @@ setmetatable(_G, {
 pub struct Scripting {
     lua: Lua,
     hidden: Table,
-    rand: Rand48,
     cache: BTreeMap<String, Function>,
 }
 
@@ -176,7 +176,6 @@ impl Scripting {
         Ok(Scripting {
             lua,
             hidden,
-            rand,
             cache: BTreeMap::new(),
         })
     }
@@ -224,7 +223,6 @@ impl Scripting {
         let Some(function) = self.cache.get(&sha).cloned() else {
             return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
         };
-        self.rand.seed(0);
         match self.run(&function, keys, argv, exec) {
             Ok(Ok(reply)) => reply,
             Ok(Err(message)) | Err(message) => Reply::Error(with_origin(&message, &sha)),

@@ -1,6 +1,8 @@
 //! `math.random` as Redis 7 has it: its own 48-bit generator (`rand48`),
-//! seeded with 0 before every script, so a script draws the same numbers on
-//! every run, on every server.
+//! never seeded unless a script calls `math.randomseed`, so a server draws
+//! the same sequence from its start, across scripts (Redis 7 no longer
+//! reseeds it before each script, as Redis 6 did): a freshly started
+//! Redis 7.0 answers `math.random(100)` with 40, then 85.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,10 +16,9 @@ const MASK: u64 = (1 << 48) - 1;
 const MAX: u64 = i32::MAX as u64;
 
 impl Rand48 {
+    /// The generator's state before any seed: `0x1234ABCD330E`.
     pub fn new() -> Self {
-        let rand = Rand48(Arc::new(AtomicU64::new(0)));
-        rand.seed(0);
-        rand
+        Rand48(Arc::new(AtomicU64::new(0x1234_ABCD_330E)))
     }
 
     /// `redisSrand48`: the low 16 bits fixed to `0x330E`, the seed above.
@@ -46,8 +47,21 @@ mod tests {
     use super::Rand48;
 
     #[test]
+    fn an_unseeded_generator_draws_what_redis_7_draws() {
+        let rand = Rand48::new();
+        let draws: Vec<f64> = (0..4)
+            .map(|_| (rand.fraction() * 100.0).floor() + 1.0)
+            .collect();
+        assert_eq!(draws, [40.0, 85.0, 36.0, 45.0]);
+    }
+
+    #[test]
     fn reseeding_repeats_the_sequence() {
         let rand = Rand48::new();
+        rand.seed(0);
+        // Redis 7.0: `math.randomseed(0); return tostring(math.random())`.
+        assert_eq!(format!("{:.14}", rand.fraction()), "0.17082803611217");
+        rand.seed(0);
         let first: Vec<u64> = (0..3).map(|_| rand.next()).collect();
         rand.seed(0);
         let again: Vec<u64> = (0..3).map(|_| rand.next()).collect();
