@@ -203,6 +203,19 @@ impl Server {
                                 if !self.running(&mut paused, &mut generation).await {
                                     break 'connection;
                                 }
+                                if let Some(wait) = crate::state::blocks_for(&args)
+                                    && session.queued_len().is_none()
+                                {
+                                    // Replies so far go out first, as Redis
+                                    // writes them before the client blocks.
+                                    if writer.write_all(&output).await.is_err() {
+                                        break 'connection;
+                                    }
+                                    output.clear();
+                                    if !block(wait, &mut generation).await {
+                                        break 'connection;
+                                    }
+                                }
                                 let now = self.inner.clock.now_us();
                                 for reply in session.handle(&mut self.state(), now, &args) {
                                     encode(&reply, session.resp3, &mut output);
@@ -224,5 +237,22 @@ impl Server {
         }
         session.leave(&mut self.state());
         let _ = writer.shutdown().await;
+    }
+}
+
+/// Blocks a connection for `wait` (None: until it is dropped), on tokio's
+/// clock, which a simulation drives; false if the server dropped its
+/// connections meanwhile.
+async fn block(wait: Option<std::time::Duration>, generation: &mut watch::Receiver<u64>) -> bool {
+    let sleep = async {
+        match wait {
+            Some(wait) => tokio::time::sleep(wait).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = generation.changed() => false,
+        () = sleep => true,
     }
 }

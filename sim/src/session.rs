@@ -52,6 +52,11 @@ impl Session {
         }
     }
 
+    /// The number of commands queued, inside a transaction.
+    pub fn queued_len(&self) -> Option<usize> {
+        self.queued.as_ref().map(Vec::len)
+    }
+
     fn subscriptions(&self) -> usize {
         self.channels.len() + self.patterns.len()
     }

@@ -143,8 +143,13 @@ impl State {
                 Reply::Int(0),
                 Reply::Array(vec![]),
             ]),
-            // No replicas: none acknowledges.
-            "WAIT" if args.len() == 3 => Reply::Int(0),
+            // No replicas: none acknowledges (the connection blocks for the
+            // timeout first: see `blocks_for`).
+            "WAIT" if args.len() == 3 => match (parse_int(&args[1]), parse_int(&args[2])) {
+                (Some(_), Some(timeout)) if timeout >= 0 => Reply::Int(0),
+                (Some(_), Some(_)) => Reply::err("ERR timeout is negative"),
+                _ => Reply::not_integer(),
+            },
             "WAIT" => Reply::arity("wait"),
             "COMMAND" => command(args),
             "INFO" => Reply::bulk(format!(
@@ -249,6 +254,20 @@ impl State {
             )),
         }
     }
+}
+
+/// How long a request blocks its connection before its reply: `WAIT n
+/// timeout` with `n > 0`, which on a server without replicas waits the
+/// whole timeout (0: for ever, as Redis does), then answers 0.
+pub fn blocks_for(args: &[Bytes]) -> Option<Option<std::time::Duration>> {
+    if !args[0].eq_ignore_ascii_case(b"WAIT") || args.len() != 3 {
+        return None;
+    }
+    let (wanted, timeout) = (parse_int(&args[1])?, parse_int(&args[2])?);
+    if wanted <= 0 || timeout < 0 {
+        return None;
+    }
+    Some((timeout > 0).then(|| std::time::Duration::from_millis(timeout as u64)))
 }
 
 /// One `redis.call` from a script: RESP2 replies, and Redis's refusals of

@@ -420,3 +420,20 @@ async fn scripts_refused_after_connect_switch_auto_over() {
         .expect("a fenced obtain");
     lock.release().await.expect("release");
 }
+
+/// An acquire that waits for a replica: the server has none, so `WAIT`
+/// blocks for the whole replica timeout, answers 0, and the obtain fails.
+#[tokio::test]
+async fn an_acquire_waiting_for_replicas_is_refused_without_them() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let a = locker(&url, Scripts::Auto).await;
+    let options = ObtainOptions::new()
+        .replicas(1)
+        .replica_timeout(Duration::from_millis(20));
+    let err = a.obtain("job", TTL, options).await.unwrap_err();
+    assert!(matches!(err, LockError::NotReplicated { .. }), "{err:?}");
+    a.obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("the refused acquire let its key go");
+}

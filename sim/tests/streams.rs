@@ -135,3 +135,29 @@ fn the_same_workload_gives_the_same_answers() {
     assert_eq!(first, workload());
     assert!(first.iter().all(|reply| !reply.is_error()), "{first:?}");
 }
+
+/// `WAIT` for a replica on a server without any blocks its connection for
+/// the timeout, on tokio's clock (paused here, as a simulation's is), then
+/// answers 0; what the connection sent after it waits too.
+#[tokio::test(start_paused = true)]
+async fn wait_blocks_for_its_timeout_on_the_runtimes_clock() {
+    let server = Server::new(ManualClock::new(0));
+    let (mut client, end) = tokio::io::duplex(1024);
+    tokio::spawn({
+        let server = server.clone();
+        async move { server.serve(end).await }
+    });
+    let start = tokio::time::Instant::now();
+    client
+        .write_all(b"PING\r\nWAIT 1 1500\r\nPING\r\nWAIT 0 0\r\n")
+        .await
+        .unwrap();
+    expect(&mut client, b"+PONG\r\n").await;
+    assert_eq!(
+        start.elapsed(),
+        std::time::Duration::ZERO,
+        "PING's reply went out before the wait"
+    );
+    expect(&mut client, b":0\r\n+PONG\r\n:0\r\n").await;
+    assert_eq!(start.elapsed(), std::time::Duration::from_millis(1500));
+}
