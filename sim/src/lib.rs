@@ -4,7 +4,9 @@
 //! 7: its Lua scripts run here in an embedded Lua 5.1 with Redis's
 //! conversion rules, its script-free engine's `WATCH`/`MULTI`/`EXEC`
 //! transactions abort as Redis's would, and its wake-ups arrive as pub/sub
-//! messages. Time is whatever the harness's [`Clock`] says, and every
+//! messages. Keys expire and `TIME` answers by the harness's [`Clock`];
+//! what blocks a connection (a `WAIT` for replicas this server does not
+//! have) waits on tokio's clock, which a simulation drives too. Every
 //! iteration order is fixed, so a run replays from its seed. Faults
 //! (pause, restart with all or some keys lost, dropped connections) are
 //! hooks on [`Server`].

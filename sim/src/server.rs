@@ -130,8 +130,16 @@ impl Server {
     /// Runs one command as a connection speaking RESP2 would, without a
     /// connection and whether or not the server is paused: for a
     /// simulation's checks and for tests.
+    /// Subscriptions need a connection: they are refused here.
     pub fn call(&self, args: &[&str]) -> Reply {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        if args.first().is_some_and(|name| {
+            [&b"SUBSCRIBE"[..], b"PSUBSCRIBE"]
+                .iter()
+                .any(|sub| name.eq_ignore_ascii_case(sub))
+        }) {
+            return Reply::err("ERR a subscription needs a connection");
+        }
         let (mailbox, _) = mpsc::unbounded_channel();
         let mut session = Session::new(0, mailbox);
         let now = self.inner.clock.now_us();
