@@ -17,8 +17,11 @@ impl Server {
         self.inner.paused.send_replace(false);
     }
 
-    /// Closes every connection; the keys stay.
+    /// Closes every connection; the keys stay. Their subscriptions end at
+    /// once, so that a test waiting for a client to subscribe again does
+    /// not count the old ones.
     pub fn drop_connections(&self) {
+        self.state().pubsub.clear();
         self.inner.generation.send_modify(|g| *g += 1);
     }
 
@@ -39,7 +42,6 @@ impl Server {
             state.keys.retain(keep);
             // A new process: no scripts, math.random from its start.
             state.scripting = crate::lua::Scripting::new();
-            state.pubsub.clear();
         }
         self.drop_connections();
     }

@@ -437,3 +437,26 @@ async fn an_acquire_waiting_for_replicas_is_refused_without_them() {
         .await
         .expect("the refused acquire let its key go");
 }
+
+/// The fault hooks on the real runtime: every connection dropped while a
+/// waiter listens; it listens again, and the release still wakes it.
+#[tokio::test]
+async fn a_waiter_is_woken_after_the_server_dropped_its_connections() {
+    let server = Server::new(SystemClock);
+    let url = serve(&server).await;
+    let (a, b) = (
+        locker(&url, Scripts::Auto).await,
+        locker(&url, Scripts::Auto).await,
+    );
+    let held = a
+        .obtain("job", TTL, ObtainOptions::new())
+        .await
+        .expect("obtain");
+    let waiter =
+        tokio::spawn(async move { b.obtain("job", TTL, patient(ObtainOptions::new())).await });
+    server.until_subscriptions(1).await;
+    server.drop_connections();
+    server.until_subscriptions(1).await;
+    held.release().await.expect("release on a new connection");
+    woken(waiter).await.expect("the waiter obtains");
+}
