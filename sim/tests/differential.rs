@@ -96,6 +96,18 @@ const SCRIPT: &[&[&str]] = &[
     &["SET", "e", "v", "PXAT", "99999999999000"],
     &["GETDEL", "e"],
     &["GETDEL", "e"],
+    &[
+        "EVAL",
+        "redis.call('SET', KEYS[1], 'v', 'PXAT', 1000); return redis.call('EXISTS', KEYS[1])",
+        "1",
+        "past",
+    ],
+    &[
+        "EVAL",
+        "redis.call('SET', KEYS[1], 'v'); redis.call('PEXPIRE', KEYS[1], -1); return redis.call('EXISTS', KEYS[1])",
+        "1",
+        "past",
+    ],
     &["MGET", "e", "z2", "n2"],
     &["INCRBY", "n2", "-5"],
     &["DECRBY", "n2", "5"],

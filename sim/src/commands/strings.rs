@@ -126,6 +126,11 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) -> Result<Reply, Reply> {
     match expiry.unwrap_or(Expiry::Clear) {
         Expiry::Clear => ctx.keys.set(key, value, None),
         Expiry::Keep => ctx.keys.set_keep_ttl(key, value),
+        // An absolute expiry already past (`EXAT`/`PXAT`): Redis deletes
+        // the key at once rather than setting it.
+        Expiry::At(at) if at <= ctx.now_ms() => {
+            ctx.keys.remove(key);
+        }
         Expiry::At(at) => ctx.keys.set(key, value, Some(at)),
     }
     Ok(answer(true))
