@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::expiry::Expiries;
+use crate::hash::Hash;
 use crate::sorted::SortedSet;
 
 /// A key, a member or a value: Redis strings are bytes.
@@ -18,7 +19,7 @@ pub type Bytes = Vec<u8>;
 pub enum Value {
     Str(Bytes),
     ZSet(SortedSet),
-    Hash(BTreeMap<Bytes, Bytes>),
+    Hash(Hash),
     List(VecDeque<Bytes>),
 }
 

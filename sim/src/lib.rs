@@ -37,6 +37,7 @@ pub mod clock;
 pub mod commands;
 pub mod expiry;
 mod faults;
+pub mod hash;
 pub mod keyspace;
 pub mod lua;
 pub mod pubsub;

@@ -1,8 +1,7 @@
 //! Hash commands: `FencedStore`'s fenced values.
 
-use std::collections::BTreeMap;
-
 use super::{Ctx, arity, flat};
+use crate::hash::Hash;
 use crate::keyspace::{Bytes, Keyspace, Value};
 use crate::reply::Reply;
 
@@ -51,10 +50,7 @@ pub(super) fn run(ctx: &mut Ctx, name: &str, args: &[Bytes]) -> Option<Reply> {
     }))
 }
 
-fn hash_at<'a>(
-    keys: &'a Keyspace,
-    key: &[u8],
-) -> Result<Option<&'a BTreeMap<Bytes, Bytes>>, Reply> {
+fn hash_at<'a>(keys: &'a Keyspace, key: &[u8]) -> Result<Option<&'a Hash>, Reply> {
     super::typed(keys, key, |v| match v {
         Value::Hash(h) => Some(h),
         _ => None,
@@ -68,7 +64,7 @@ fn hset(ctx: &mut Ctx, args: &[Bytes]) -> Result<Reply, Reply> {
     let mut hash = hash_at(ctx.keys, &args[1])?.cloned().unwrap_or_default();
     let added = args[2..]
         .chunks(2)
-        .filter(|pair| hash.insert(pair[0].clone(), pair[1].clone()).is_none())
+        .filter(|pair| hash.insert(&pair[0], &pair[1]))
         .count();
     ctx.keys.set_keep_ttl(&args[1], Value::Hash(hash));
     Ok(Reply::Int(added as i64))
@@ -83,10 +79,7 @@ fn hdel(ctx: &mut Ctx, args: &[Bytes]) -> Result<Reply, Reply> {
     let Some(Value::Hash(hash)) = ctx.keys.get_mut(&args[1]) else {
         unreachable!("a hash, checked above")
     };
-    let removed = args[2..]
-        .iter()
-        .filter(|f| hash.remove(*f).is_some())
-        .count();
+    let removed = args[2..].iter().filter(|f| hash.remove(f)).count();
     ctx.keys.drop_if_empty(&args[1]);
     Ok(Reply::Int(removed as i64))
 }
