@@ -460,3 +460,43 @@ async fn a_waiter_is_woken_after_the_server_dropped_its_connections() {
     held.release().await.expect("release on a new connection");
     woken(waiter).await.expect("the waiter obtains");
 }
+
+/// The runtime's main connections in RESP3 (`?protocol=resp3`), with and
+/// without scripts: RESP3's shapes (doubles, `WITHSCORES` pairs, maps) on
+/// every call, not only on the wake-ups' connection.
+#[tokio::test]
+async fn resp3_connections_with_and_without_scripts() {
+    for refuse in [false, true] {
+        let server = Server::new(SystemClock);
+        server.refuse_scripts(refuse);
+        let addr = server.listen().await.expect("listen");
+        let url = format!("redis://{addr}/?protocol=resp3");
+        let (a, b) = (
+            locker(&url, Scripts::Auto).await,
+            locker(&url, Scripts::Auto).await,
+        );
+        let lock = a
+            .obtain("job", TTL, ObtainOptions::new().fence())
+            .await
+            .expect("obtain");
+        busy(b.obtain("job", TTL, ObtainOptions::new()).await);
+        lock.refresh(Duration::from_secs(120))
+            .await
+            .expect("refresh");
+        assert_eq!(b.inspect("job").await.expect("inspect").holders.len(), 1);
+        let waiter =
+            tokio::spawn(async move { b.obtain("job", TTL, patient(ObtainOptions::new())).await });
+        server.until_subscriptions(1).await;
+        lock.release().await.expect("release");
+        woken(waiter).await.expect("the waiter obtains");
+        if !refuse {
+            let r = a
+                .obtain("doc", TTL, ObtainOptions::new().read())
+                .await
+                .expect("reader");
+            let seen = a.inspect("doc").await.expect("inspect a read-write lock");
+            assert_eq!(seen.kind, Some(KeyKind::ReadWrite));
+            r.release().await.expect("release");
+        }
+    }
+}
