@@ -40,6 +40,14 @@ async fn watched_set(
     done.is_some()
 }
 
+/// Bounds a wait for a state, so that a state never reached fails the test
+/// instead of hanging it.
+async fn within<T>(wait: impl Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(10), wait)
+        .await
+        .expect("the server never reached the state waited for")
+}
+
 #[tokio::test]
 async fn exec_aborts_when_a_watched_key_is_written_deleted_or_expires() {
     let clock = ManualClock::new(1_000_000);
@@ -111,7 +119,7 @@ async fn resp2_subscribers_get_messages_and_resp3_ones_pushes() {
     let mut pubsub = client.get_async_pubsub().await.expect("a RESP2 subscriber");
     pubsub.subscribe("wake").await.unwrap();
     pubsub.psubscribe("w*").await.unwrap();
-    server.until_subscriptions(2).await;
+    within(server.until_subscriptions(2)).await;
     let mut publisher = connect(&url).await;
     let received: i64 = publisher.publish("wake", "hi").await.unwrap();
     assert_eq!(received, 2, "by the channel and by the pattern");
@@ -200,7 +208,7 @@ async fn a_paused_server_answers_once_resumed_in_order() {
         let n: i64 = queued.incr("k", 1).await.unwrap();
         n
     });
-    server.until_held(1).await;
+    within(server.until_held(1)).await;
     assert_eq!(
         server.call(&["EXISTS", "k"]),
         lockmacro_sim::Reply::Int(0),

@@ -11,7 +11,7 @@ use lockmacro_runtime::{
     BackendErrorKind, KeyKind, LockError, Locker, ObtainOptions, RedisBackend, RedisConfig,
     RetryStrategy, Scripts,
 };
-use lockmacro_sim::{ManualClock, Server, SystemClock};
+use lockmacro_sim::{ManualClock, Reply, Server, SystemClock};
 
 const TTL: Duration = Duration::from_secs(30);
 /// A bound for a hang, far below a waiter's own next retry (60 s) and the
@@ -47,6 +47,14 @@ async fn woken<T>(waiter: tokio::task::JoinHandle<T>) -> T {
         .await
         .expect("the waiter was not woken by the release")
         .expect("the waiter's task")
+}
+
+/// Bounds a wait for a state, so that a state never reached fails the test
+/// instead of hanging it.
+async fn within<T>(wait: impl Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(10), wait)
+        .await
+        .expect("the server never reached the state waited for")
 }
 
 #[tokio::test]
@@ -116,9 +124,17 @@ async fn a_waiter_is_woken_by_the_release() {
         .obtain("job", TTL, ObtainOptions::new())
         .await
         .expect("obtain");
+    assert_eq!(
+        server.call(&["PUBSUB", "CHANNELS"]),
+        Reply::Array(vec![]),
+        "nobody listens yet"
+    );
     let waiter =
         tokio::spawn(async move { b.obtain("job", TTL, patient(ObtainOptions::new())).await });
-    server.until_subscriptions(1).await;
+    // It tried, was refused (flagging itself a waiter), and listens: what
+    // ends its wait is the release, not a retry.
+    within(server.until(|keys| keys.exists(b"{job}:waiters"))).await;
+    within(server.until_subscriptions(1)).await;
     held.release().await.expect("release");
     woken(waiter)
         .await
@@ -153,11 +169,11 @@ async fn a_fair_lock_is_handed_over_in_order() {
         locker(&url, Scripts::Auto).await,
     );
     let first = tokio::spawn(async move { first.obtain("job", TTL, fair()).await });
-    server.until(|keys| queued(keys) == 1).await;
-    server.until_subscriptions(1).await;
+    within(server.until(|keys| queued(keys) == 1)).await;
+    within(server.until_subscriptions(1)).await;
     let second = tokio::spawn(async move { second.obtain("job", TTL, fair()).await });
-    server.until(|keys| queued(keys) == 2).await;
-    server.until_subscriptions(2).await;
+    within(server.until(|keys| queued(keys) == 2)).await;
+    within(server.until_subscriptions(2)).await;
     held.release().await.expect("release");
     let lock = woken(first)
         .await
@@ -192,7 +208,7 @@ async fn permits_n_at_a_time() {
     assert_eq!(seen.holders.len(), 2);
     let third = lockers[2].clone();
     let waiter = tokio::spawn(async move { third.obtain("api", TTL, patient(two())).await });
-    server.until_subscriptions(1).await;
+    within(server.until_subscriptions(1)).await;
     one.release().await.expect("release");
     woken(waiter)
         .await
@@ -298,7 +314,8 @@ async fn without_scripts_locks_fences_and_wakeups_still_work() {
         b.obtain("job", TTL, patient(ObtainOptions::new().fence()))
             .await
     });
-    server.until_subscriptions(1).await;
+    within(server.until(|keys| keys.exists(b"{job}:waiters"))).await;
+    within(server.until_subscriptions(1)).await;
     lock.release().await.expect("release");
     let next = woken(waiter).await.expect("the waiter obtains");
     assert!(next.fence_token().expect("a token") > first);
@@ -454,9 +471,10 @@ async fn a_waiter_is_woken_after_the_server_dropped_its_connections() {
         .expect("obtain");
     let waiter =
         tokio::spawn(async move { b.obtain("job", TTL, patient(ObtainOptions::new())).await });
-    server.until_subscriptions(1).await;
+    within(server.until(|keys| keys.exists(b"{job}:waiters"))).await;
+    within(server.until_subscriptions(1)).await;
     server.drop_connections();
-    server.until_subscriptions(1).await;
+    within(server.until_subscriptions(1)).await;
     held.release().await.expect("release on a new connection");
     woken(waiter).await.expect("the waiter obtains");
 }
@@ -486,7 +504,7 @@ async fn resp3_connections_with_and_without_scripts() {
         assert_eq!(b.inspect("job").await.expect("inspect").holders.len(), 1);
         let waiter =
             tokio::spawn(async move { b.obtain("job", TTL, patient(ObtainOptions::new())).await });
-        server.until_subscriptions(1).await;
+        within(server.until_subscriptions(1)).await;
         lock.release().await.expect("release");
         woken(waiter).await.expect("the waiter obtains");
         if !refuse {
