@@ -32,6 +32,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod etcd_secure;
 pub mod fixture;
+pub mod history;
 pub mod kind;
 pub mod logs;
 pub mod outside;

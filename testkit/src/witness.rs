@@ -14,11 +14,13 @@
 
 pub mod counter;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockmacro_runtime::{FencedStore, LockGuard};
+
+use crate::history::{FencedWrite, Held, History, Hold, Violation};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -41,19 +43,15 @@ struct Section {
 pub struct Witness {
     /// The ttl of every lease.
     ttl: Duration,
+    /// Where the history's clock starts.
+    origin: Instant,
     sections: Mutex<Vec<Section>>,
     /// The counter the sections increment without atomicity.
     counter: AtomicU64,
     /// Windows in which the lock server lost its data (stopped, then restarted).
     data_loss: Mutex<Vec<(Instant, Instant)>>,
     writes: Mutex<JoinSet<()>>,
-    /// The largest token whose fenced write the store confirmed.
-    confirmed: AtomicU64,
-    sent: AtomicUsize,
-    accepted: AtomicUsize,
-    refused: AtomicUsize,
-    failed: AtomicUsize,
-    stale_accepted: AtomicUsize,
+    written: Mutex<Vec<FencedWrite>>,
 }
 
 /// An open critical section; recorded as cut short if dropped before
@@ -72,16 +70,12 @@ impl Witness {
     pub fn new(ttl: Duration) -> Self {
         Witness {
             ttl,
+            origin: Instant::now(),
             sections: Mutex::default(),
             counter: AtomicU64::default(),
             data_loss: Mutex::default(),
             writes: Mutex::default(),
-            confirmed: AtomicU64::default(),
-            sent: AtomicUsize::default(),
-            accepted: AtomicUsize::default(),
-            refused: AtomicUsize::default(),
-            failed: AtomicUsize::default(),
-            stale_accepted: AtomicUsize::default(),
+            written: Mutex::default(),
         }
     }
 
@@ -110,28 +104,62 @@ impl Witness {
         let (witness, store) = (self.clone(), store.clone());
         self.writes.lock().unwrap().spawn(async move {
             tokio::time::sleep(delay).await;
-            let floor = witness.confirmed.load(Ordering::SeqCst);
-            witness.sent.fetch_add(1, Ordering::SeqCst);
-            match store
+            let sent = Instant::now();
+            let accepted = match store
                 .set(RESOURCE, &format!("written with {token}"), token)
                 .await
             {
-                Ok(true) => {
-                    witness.accepted.fetch_add(1, Ordering::SeqCst);
-                    if token < floor {
-                        witness.stale_accepted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    witness.confirmed.fetch_max(token, Ordering::SeqCst);
-                }
-                Ok(false) => {
-                    witness.refused.fetch_add(1, Ordering::SeqCst);
-                }
+                Ok(accepted) => Some(accepted),
                 Err(err) => {
                     eprintln!("fenced write with {token} failed: {err}");
-                    witness.failed.fetch_add(1, Ordering::SeqCst);
+                    None
                 }
-            }
+            };
+            let write = FencedWrite {
+                client: 0,
+                resource: RESOURCE.to_owned(),
+                token,
+                sent: sent - witness.origin,
+                accepted,
+                answered: Instant::now() - witness.origin,
+            };
+            witness.written.lock().unwrap().push(write);
         });
+    }
+
+    /// What the witness recorded, for [`history::check`](crate::history::check).
+    /// Sections become holds of a lock on [`RESOURCE`], worker by worker.
+    pub fn history(&self) -> History {
+        let since = |at: Instant| at - self.origin;
+        let holds = self
+            .sections
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|section| Hold {
+                client: section.worker,
+                key: RESOURCE.to_owned(),
+                held: Held::Lock,
+                called: since(section.called),
+                start: since(section.start),
+                end: since(section.end),
+                fence: Some(section.token),
+                counts: section.valid,
+            })
+            .collect();
+        History {
+            holds,
+            writes: self.written.lock().unwrap().clone(),
+            data_loss: self
+                .data_loss
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|&(from, to)| (since(from), since(to)))
+                .collect(),
+            ttl: self.ttl,
+            held_forever: Vec::new(),
+        }
     }
 
     /// Waits for the fenced writes still in flight, then judges everything.
@@ -142,64 +170,29 @@ impl Witness {
                 std::panic::resume_unwind(err.into_panic());
             }
         }
-        let sections = self.sections.lock().unwrap().clone();
-        let data_loss = self.data_loss.lock().unwrap().clone();
-        let mut valid: Vec<&Section> = sections.iter().filter(|s| s.valid).collect();
-        valid.sort_by_key(|s| s.start);
-
-        let mut overlaps = 0;
-        let mut overlaps_after_data_loss = 0;
-        for (i, later) in valid.iter().enumerate() {
-            for earlier in &valid[..i] {
-                if earlier.end <= later.start {
-                    continue;
-                }
-                // Both leases were valid by their own clocks, yet they
-                // overlapped: excused only if the server lost its data in
-                // between, which the lock cannot survive. Every refresh
-                // after the loss is refused, so the earlier lease was last
-                // confirmed before it, and a valid section ends within a ttl.
-                let lost = data_loss.iter().any(|&(from, _)| {
-                    earlier.called <= from && from <= later.start && earlier.end <= from + self.ttl
-                });
-                if lost {
-                    overlaps_after_data_loss += 1;
-                } else {
-                    overlaps += 1;
-                    eprintln!(
-                        "OVERLAP: worker {} (token {}) still inside {:?} after worker {} (token {}) entered",
-                        earlier.worker,
-                        earlier.token,
-                        earlier.end - later.start,
-                        later.worker,
-                        later.token,
-                    );
-                }
-            }
+        let history = self.history();
+        let violations = history.violations();
+        for violation in &violations {
+            eprintln!("{violation}");
         }
-
-        // A token minted after another section had started must be larger.
-        let mut by_start: Vec<&Section> = sections.iter().collect();
-        by_start.sort_by_key(|s| s.start);
-        let mut tokens_out_of_order = 0;
-        for later in &sections {
-            let newest = by_start
-                .iter()
-                .take_while(|earlier| earlier.start < later.called)
-                .map(|earlier| earlier.token)
-                .max();
-            if let Some(newest) = newest
-                && later.token <= newest
-            {
-                tokens_out_of_order += 1;
-                eprintln!(
-                    "TOKEN ORDER: worker {} got {} after {newest} was in use",
-                    later.worker, later.token
-                );
-            }
-        }
-
-        let increments = valid.len() as u64;
+        let count = |found: fn(&Violation) -> bool| violations.iter().filter(|v| found(v)).count();
+        let overlaps = count(|v| matches!(v, Violation::Exclusion { .. }));
+        let without_loss = History {
+            data_loss: Vec::new(),
+            ..history.clone()
+        };
+        let overlaps_after_data_loss = without_loss
+            .violations()
+            .iter()
+            .filter(|v| matches!(v, Violation::Exclusion { .. }))
+            .count()
+            - overlaps;
+        let written = &history.writes;
+        let outcome =
+            |answer: Option<bool>| written.iter().filter(|w| w.accepted == answer).count();
+        let sections = &history.holds;
+        let valid = sections.iter().filter(|hold| hold.counts).count();
+        let increments = valid as u64;
         let counter = self.counter.load(Ordering::SeqCst);
         let applied = store
             .get(RESOURCE)
@@ -208,19 +201,24 @@ impl Witness {
             .map(|value| value.token);
         Verdict {
             sections: sections.len(),
-            cut_short: sections.len() - valid.len(),
+            cut_short: sections.len() - valid,
             increments,
             counter,
             lost_updates: increments.saturating_sub(counter),
             overlaps,
             overlaps_after_data_loss,
-            tokens_out_of_order,
-            writes_sent: self.sent.load(Ordering::SeqCst),
-            writes_accepted: self.accepted.load(Ordering::SeqCst),
-            writes_refused: self.refused.load(Ordering::SeqCst),
-            writes_failed: self.failed.load(Ordering::SeqCst),
-            stale_writes_accepted: self.stale_accepted.load(Ordering::SeqCst),
-            newest_confirmed: self.confirmed.load(Ordering::SeqCst),
+            tokens_out_of_order: count(|v| matches!(v, Violation::FenceOrder { .. })),
+            writes_sent: written.len(),
+            writes_accepted: outcome(Some(true)),
+            writes_refused: outcome(Some(false)),
+            writes_failed: outcome(None),
+            stale_writes_accepted: count(|v| matches!(v, Violation::StaleWrite { .. })),
+            newest_confirmed: written
+                .iter()
+                .filter(|w| w.accepted == Some(true))
+                .map(|w| w.token)
+                .max()
+                .unwrap_or(0),
             applied,
         }
     }

@@ -2,6 +2,7 @@
 //! every backend, plus what only a real Redis can show (`redis`).
 
 mod cases;
+mod dial;
 mod election;
 mod fair;
 mod fence_retry;

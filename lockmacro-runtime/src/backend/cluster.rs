@@ -9,7 +9,7 @@ use super::redact;
 use super::redis::retry::Policy;
 use super::redis::{
     Companions, Failure, Load, Protocol, Transport, Wakeups, backend_error, not_redis, open_client,
-    prepare_tls, speaks_protocol,
+    prepare_tls, refuse_dial, speaks_protocol,
 };
 use super::slot::{check_same_slot, slot};
 use crate::error::{BackendError, BackendErrorKind};
@@ -149,6 +149,7 @@ impl ClusterBackend {
         config: RedisConfig,
     ) -> Result<Self, LockError> {
         let seeds: Vec<String> = seeds.into_iter().map(|s| s.as_ref().to_owned()).collect();
+        refuse_dial(&config, &seeds, "a cluster client")?;
         let mut infos = Vec::new();
         for seed in seeds.iter().map(String::as_str) {
             prepare_tls(seed)?;
@@ -263,6 +264,7 @@ impl ClusterBackend {
         config: RedisConfig,
     ) -> Result<Self, LockError> {
         let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+        refuse_dial(&config, &nodes, "a cluster client")?;
         let name = cluster_name(&nodes);
         let conn = open_connection(&client, &name, &config)
             .await?
@@ -297,6 +299,7 @@ impl ClusterBackend {
         config: RedisConfig,
     ) -> Result<Self, LockError> {
         let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+        refuse_dial(&config, &nodes, "a cluster client")?;
         if nodes.is_empty() {
             return Err(LockError::InvalidUrl {
                 url: String::new(),

@@ -55,7 +55,7 @@ pub use self::postgres::{
 pub(crate) use self::redact::redact;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::{RedisBackend, RedisConfig, Scripts};
+pub use self::redis::{Dial, DialedStream, Dialing, RedisBackend, RedisConfig, Scripts};
 #[cfg(feature = "redis")]
 pub(crate) use self::redis::{ServerConn, open_connection, send_once_more};
 #[cfg(feature = "redis")]

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::capabilities::Scripts;
+use super::dial::{Dial, Dialer};
 #[cfg(feature = "tls-rustls")]
 use super::tls::{ClientIdentity, RootCertificate, certificates};
 #[cfg(feature = "tls-rustls")]
@@ -37,6 +38,7 @@ pub struct RedisConfig {
     pub(in crate::backend) fence_expiry: Duration,
     pub(in crate::backend) grant_lease: Duration,
     pub(in crate::backend) scripts: Scripts,
+    pub(in crate::backend) dial: Option<Dialer>,
 }
 
 impl Default for RedisConfig {
@@ -51,6 +53,7 @@ impl Default for RedisConfig {
             fence_expiry: DEFAULT_FENCE_EXPIRY,
             grant_lease: DEFAULT_GRANT_LEASE,
             scripts: Scripts::Auto,
+            dial: None,
         }
     }
 }
@@ -155,6 +158,16 @@ impl RedisConfig {
     /// ```
     pub fn scripts(mut self, scripts: Scripts) -> Self {
         self.scripts = scripts;
+        self
+    }
+
+    /// Opens every connection through `dial` instead of TCP: see [`Dial`]
+    /// for when it is asked and what it must return. Single servers, Redlock
+    /// masters and [`FencedStore`](crate::FencedStore) take it; a cluster or
+    /// Sentinel refuses it, and so does a `rediss://` URL (TLS over the
+    /// dialled stream is the dial's own business).
+    pub fn dial(mut self, dial: impl Dial) -> Self {
+        self.dial = Some(Dialer(std::sync::Arc::new(dial)));
         self
     }
 }

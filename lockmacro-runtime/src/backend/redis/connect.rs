@@ -3,6 +3,7 @@
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError};
 
 use super::config::RedisConfig;
+use super::dial::Endpoint;
 use super::errors::{TLS_SILENCE, backend_error, not_redis};
 use super::scripts::{
     ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
@@ -60,6 +61,14 @@ pub(in crate::backend) fn open_client(
         .map_err(|err| invalid(err.to_string()))?;
     #[cfg(feature = "tls-rustls")]
     let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    #[cfg(feature = "tls-rustls")]
+    if tls && config.dial.is_some() {
+        return Err(invalid(
+            "`RedisConfig::dial` opens the connection itself, and TLS over it is the dial's \
+             own: use `redis://`"
+                .into(),
+        ));
+    }
     #[cfg(not(feature = "tls-rustls"))]
     {
         let _ = config;
@@ -110,7 +119,7 @@ pub(in crate::backend) async fn connection_for(
         // Opened again by the next command, not retried in the background
         // for long: a lock call must fail in bounded time.
         let conn = Reopening::open(
-            client.clone(),
+            Endpoint::new(client.clone(), config),
             config.connect_timeout,
             config.response_timeout,
         )

@@ -3,6 +3,7 @@
 mod capabilities;
 mod config;
 mod connect;
+mod dial;
 mod dispatch;
 mod errors;
 mod locks;
@@ -24,6 +25,9 @@ mod watched;
 pub use self::capabilities::Scripts;
 pub use self::config::RedisConfig;
 pub(crate) use self::connect::open_connection;
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+pub(super) use self::dial::refuse_dial;
+pub use self::dial::{Dial, DialedStream, Dialing};
 pub(crate) use self::server_conn::ServerConn;
 // What the cluster and Sentinel backends share with this one.
 #[cfg(feature = "sentinel")]

@@ -24,6 +24,8 @@ use futures_util::future::{BoxFuture, Shared};
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use super::dial::Endpoint;
+
 /// The pause before the one retry of a connection that could not be opened
 /// (at most the connect timeout), as the manager's first backoff step.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
@@ -81,7 +83,7 @@ struct State {
 }
 
 struct Inner {
-    client: redis::Client,
+    endpoint: Endpoint,
     config: AsyncConnectionConfig,
     /// Before the one retry of an open that failed.
     pause: Duration,
@@ -95,11 +97,11 @@ struct Inner {
 pub(crate) struct Reopening(Arc<Inner>);
 
 impl Reopening {
-    /// Opens the connection from `client`, trying once more after a pause
+    /// Opens the connection to `endpoint`, trying once more after a pause
     /// when the first try fails. Each try is bounded by `connect_timeout`,
     /// each command by `response_timeout`.
-    pub(crate) async fn open(
-        client: redis::Client,
+    pub(in crate::backend) async fn open(
+        endpoint: Endpoint,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> RedisResult<Self> {
@@ -107,9 +109,9 @@ impl Reopening {
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
         let pause = RETRY_PAUSE.min(connect_timeout);
-        let conn = open(client.clone(), config.clone(), pause).await?;
+        let conn = open(endpoint.clone(), config.clone(), pause).await?;
         Ok(Reopening(Arc::new(Inner {
-            client,
+            endpoint,
             config,
             pause,
             db: conn.get_db(),
@@ -190,7 +192,7 @@ impl Reopening {
         }
         state.generation += 1;
         let generation = state.generation;
-        let opening = open(inner.client.clone(), inner.config.clone(), inner.pause)
+        let opening = open(inner.endpoint.clone(), inner.config.clone(), inner.pause)
             .boxed()
             .shared();
         state.link = Link::Opening(opening.clone());
@@ -217,20 +219,15 @@ impl Inner {
 }
 
 async fn open(
-    client: redis::Client,
+    endpoint: Endpoint,
     config: AsyncConnectionConfig,
     pause: Duration,
 ) -> RedisResult<MultiplexedConnection> {
-    match client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-    {
+    match endpoint.open(&config).await {
         Ok(conn) => Ok(conn),
         Err(_) => {
             tokio::time::sleep(pause).await;
-            client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
+            endpoint.open(&config).await
         }
     }
 }

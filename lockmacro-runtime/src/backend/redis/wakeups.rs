@@ -11,6 +11,7 @@ use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::watch;
 
 use super::config::RedisConfig;
+use super::dial::Endpoint;
 use crate::backend::{HandOff, Handed, ReleaseListener};
 
 /// How often [`Wakeups::watch`] checks a pub/sub connection, and how long it
@@ -38,7 +39,7 @@ pub(in crate::backend) struct Wakeups {
     /// The servers it may subscribe on, tried in turn from the last one that
     /// worked: one for a single server; the seed nodes of a cluster, any of
     /// which hears every node's messages over the cluster bus.
-    servers: Vec<redis::Client>,
+    servers: Vec<Endpoint>,
     /// Index in `servers` of the next connection's first try.
     next: AtomicUsize,
     /// Whether to check the connection with [`Wakeups::watch`].
@@ -115,7 +116,10 @@ impl Wakeups {
         heartbeat: bool,
     ) -> Self {
         Wakeups {
-            servers,
+            servers: servers
+                .into_iter()
+                .map(|client| Endpoint::new(client, config))
+                .collect(),
             next: AtomicUsize::new(0),
             heartbeat,
             current: AtomicU64::new(0),
@@ -175,15 +179,16 @@ impl Wakeups {
         outcome
     }
 
-    async fn open_on(self: &Arc<Self>, server: &redis::Client) -> Result<Connection, String> {
+    async fn open_on(self: &Arc<Self>, server: &Endpoint) -> Result<Connection, String> {
         // Pushes (and so subscriptions on a shared, multiplexed connection)
         // need RESP3, whatever the URL asked for.
-        let info = server.get_connection_info().clone();
+        let info = server.info().clone();
         let settings = info
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.set_redis_settings(settings))
+        let server = server
+            .with_info(info.set_redis_settings(settings))
             .map_err(|err| err.to_string())?;
         let id = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
         let config = AsyncConnectionConfig::new()
@@ -193,12 +198,7 @@ impl Wakeups {
                 wakeups: Arc::downgrade(self),
                 connection: id,
             });
-        match tokio::time::timeout(
-            self.timeout,
-            client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        {
+        match tokio::time::timeout(self.timeout, server.open(&config)).await {
             Ok(Ok(conn)) => Ok(Connection { conn, id }),
             Ok(Err(err)) => Err(err.to_string()),
             Err(elapsed) => Err(elapsed.to_string()),

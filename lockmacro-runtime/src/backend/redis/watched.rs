@@ -11,6 +11,7 @@ use redis::{AsyncConnectionConfig, RedisResult};
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::config::RedisConfig;
+use super::dial::Endpoint;
 
 /// Transactions one backend runs at the same time; more wait for a
 /// connection.
@@ -25,7 +26,7 @@ const ROUNDS: usize = 64;
 /// A few connections, opened on first use, each used by one transaction at
 /// a time.
 pub(in crate::backend) struct Exclusive {
-    client: redis::Client,
+    endpoint: Endpoint,
     config: AsyncConnectionConfig,
     slots: Vec<Mutex<Option<MultiplexedConnection>>>,
     next: AtomicUsize,
@@ -34,7 +35,7 @@ pub(in crate::backend) struct Exclusive {
 impl Exclusive {
     pub(in crate::backend) fn new(client: redis::Client, config: &RedisConfig) -> Self {
         Exclusive {
-            client,
+            endpoint: Endpoint::new(client, config),
             config: AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout))
                 .set_response_timeout(Some(config.response_timeout)),
@@ -91,10 +92,7 @@ impl Exclusive {
             None => self.slots[start % count].lock().await,
         };
         if guard.is_none() {
-            let conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&self.config)
-                .await?;
+            let conn = self.endpoint.open(&self.config).await?;
             *guard = Some(conn);
         }
         Ok(Slot {

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use self::follow::{Following, failing_over};
 use self::lookup::{Lookup, parse_master};
 use crate::backend::redis::retry;
-use crate::backend::redis::{enable_tls, open_client};
+use crate::backend::redis::{enable_tls, open_client, refuse_dial};
 use crate::backend::shared::forward;
 use crate::backend::{
     Backend, BoxFuture, Capabilities, FairQueue, RedisBackend, RefreshRequest, ReleaseListener,
@@ -203,6 +203,7 @@ impl SentinelBackend {
                 reason: "no sentinels given; pass the URL of at least one sentinel".into(),
             });
         }
+        refuse_dial(&config, &urls, "Sentinel")?;
         let sentinels = urls
             .iter()
             .map(|url| open_client(url, &config))
