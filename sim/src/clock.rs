@@ -47,3 +47,29 @@ impl Clock for SystemClock {
             .map_or(0, |d| d.as_micros() as u64)
     }
 }
+
+/// Tokio's clock, from a given start: under `tokio::time::pause` (or a
+/// turmoil simulation, which drives tokio's time) the server's expiries and
+/// `TIME` move with the simulated time the clients' deadlines use, so a
+/// lease ends at the same simulated instant on both sides.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    start_us: u64,
+    origin: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// Reads `start_ms` now, then moves with tokio's clock.
+    pub fn starting_at(start_ms: u64) -> Self {
+        TokioClock {
+            start_us: start_ms * 1000,
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_us(&self) -> u64 {
+        self.start_us + self.origin.elapsed().as_micros() as u64
+    }
+}

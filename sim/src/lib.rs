@@ -48,7 +48,7 @@ mod session;
 pub mod sorted;
 mod state;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use keyspace::{Keyspace, Value};
 pub use reply::Reply;
 pub use server::Server;
