@@ -28,8 +28,10 @@
 //! ```
 //!
 //! A connection is served by [`Server::serve`] on any `AsyncRead +
-//! AsyncWrite` stream (a simulated network's), or by [`Server::listen`] on
-//! a loopback port. Tests wait for states with [`Server::until`],
+//! AsyncWrite` stream (a simulated network's, or an in-memory one that the
+//! runtime's `RedisConfig::dial` hands out: see `tests/dial.rs`), or by
+//! [`Server::listen`] on a loopback port. With [`TokioClock`] the server's
+//! time is tokio's, which paused time or turmoil drive. Tests wait for states with [`Server::until`],
 //! [`Server::until_subscriptions`] and [`Server::until_held`], never on
 //! timers.
 
