@@ -103,8 +103,10 @@ pub(crate) struct Lease {
 /// - a refresh that could end the lease sooner than the deadline moves the
 ///   deadline in as it is sent ([`Lease::sending`]), before any reply;
 /// - a confirmation counts from its own send time, with the shortest ttl
-///   among the refreshes still in flight and those that failed (`doubt`),
-///   since any of them may be applied after it;
+///   among the refreshes that were in flight beside it and those that
+///   failed (`doubt`), since any of them may be applied after it: a
+///   refresh sent beside it and confirmed before it is one, as its reply
+///   may be read first though the server ran it last;
 /// - a failed refresh (an error, a lost reply, a dropped call) may be
 ///   applied at any later time, so its ttl bounds every confirmation after
 ///   it. With one ttl throughout, as the watchdog sends, that bound is the
@@ -122,7 +124,8 @@ pub(crate) struct Timing {
     pub(crate) deadline: Instant,
     /// Refreshes sent and not yet answered.
     in_flight: u32,
-    /// The shortest ttl among them (meaningless when there are none).
+    /// The shortest ttl among the refreshes sent since `in_flight` was last
+    /// zero: every refresh in flight beside one still unanswered.
     in_flight_ttl: Duration,
     /// The shortest ttl of a refresh that failed: it may still be applied.
     doubt: Option<Duration>,
@@ -147,13 +150,12 @@ impl Timing {
         }
     }
 
-    /// The shortest ttl a refresh whose fate is unknown may leave.
-    fn bound(&self) -> Option<Duration> {
-        let flying = (self.in_flight > 0).then_some(self.in_flight_ttl);
-        match (flying, self.doubt) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    /// The ttl a confirmation of a refresh to `ttl` counts, read while that
+    /// refresh still counts as in flight: the shortest among its own, those
+    /// of the refreshes in flight beside it, and those that failed.
+    fn counted(&self, ttl: Duration) -> Duration {
+        let beside = self.in_flight_ttl.min(ttl);
+        self.doubt.map_or(beside, |doubt| doubt.min(beside))
     }
 }
 
@@ -473,6 +475,9 @@ impl Lease {
             .timing
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Read before this refresh leaves the count: a shorter refresh sent
+        // beside it and confirmed first may have been run after it.
+        let counted = timing.counted(ttl);
         timing.in_flight = timing.in_flight.saturating_sub(1);
         if self.lost.load(Ordering::Acquire) || Instant::now() >= timing.deadline {
             drop(timing);
@@ -481,7 +486,6 @@ impl Lease {
         }
         if sent >= timing.sent {
             tracing::trace!(target: "lockmacro", key = %self.key(), ?ttl, "refreshed");
-            let counted = timing.bound().map_or(ttl, |bound| bound.min(ttl));
             let drift = self.backend.drift(counted);
             let confirmed = Timing::new(counted, sent, drift, self.hold_until);
             timing.sent = sent;
