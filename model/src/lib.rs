@@ -16,6 +16,7 @@
 //! | [`Shares`] | `acquire_shared.lua`: permits, and read-write locks |
 //! | [`Fences`] | `fence.lua`: counters seeded from the clock, expiring, lost on restart |
 //! | [`Kinds`] | `kinds.lua`'s marker and `WrongKind`, `downgrade.lua`, `force_release.lua` |
+//! | [`Refreshes`] | `refresh.lua` with a ttl per call, several in flight: the local deadline's rule of `lease.rs` |
 //!
 //! ```
 //! use lockmacro_model::{Fences, Timing};
@@ -29,6 +30,7 @@ mod fair;
 mod fences;
 mod kinds;
 mod plain;
+mod refreshes;
 mod scripts;
 mod shares;
 mod steps;
@@ -40,6 +42,10 @@ pub use kinds::{
     Asked, Key, Kinds, KindsAction, KindsMutations, KindsOp, KindsState, Marker, Stand,
 };
 pub use plain::{Answer, Client, Msg, Op, Phase, Plain, PlainAction, PlainMutations, PlainState};
+pub use refreshes::{
+    Ask, LeaseTiming, Refresh, Refreshes, RefreshesAction, RefreshesMutations, RefreshesState,
+    Stage, Taking,
+};
 pub use scripts::{SCRIPTS, Script};
 pub use shares::{
     Flight, Holder, ShareOp, Shares, SharesAction, SharesKind, SharesMutations, SharesState,

@@ -7,7 +7,7 @@ use std::hash::Hash;
 
 use lockmacro_model::{
     Asked, Fair, FairMutations, Fences, FencesMutations, Kinds, KindsMutations, Plain,
-    PlainMutations, Shares, SharesKind, SharesMutations, Timing,
+    PlainMutations, Refreshes, RefreshesMutations, Shares, SharesKind, SharesMutations, Timing,
 };
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -375,4 +375,49 @@ fn handing_off(mutations: FairMutations) -> Fair {
             },
         )
     }
+}
+
+fn refreshes(mutations: RefreshesMutations) -> Refreshes {
+    Refreshes {
+        mutations,
+        ..Refreshes::new(Timing::default())
+    }
+}
+
+#[test]
+fn a_deadline_moved_only_on_confirmation_outlives_a_shortened_key() {
+    let only_on_confirm = RefreshesMutations {
+        deadline_moves_only_on_confirm: true,
+        ..RefreshesMutations::default()
+    };
+    break_it(refreshes(only_on_confirm), "at most one holder");
+    break_it(refreshes(only_on_confirm), "a holder's key is its own");
+}
+
+#[test]
+fn a_confirmation_that_ignores_a_shorter_refresh_in_flight_outlives_the_key() {
+    let model = refreshes(RefreshesMutations {
+        confirm_ignores_in_flight: true,
+        ..RefreshesMutations::default()
+    });
+    break_it(model, "a holder's key is its own");
+}
+
+#[test]
+fn a_confirmation_that_forgets_a_refresh_given_up_on_outlives_the_key() {
+    let model = refreshes(RefreshesMutations {
+        confirm_ignores_given_up: true,
+        ..RefreshesMutations::default()
+    });
+    break_it(model, "a holder's key is its own");
+}
+
+#[test]
+fn a_bound_read_after_settling_forgets_a_shorter_refresh_applied_later() {
+    let model = refreshes(RefreshesMutations {
+        bound_read_after_settling: true,
+        ..RefreshesMutations::default()
+    });
+    break_it(model.clone(), "a holder's key is its own");
+    break_it(model, "at most one holder");
 }

@@ -2,7 +2,9 @@
 //! are those `docs/model.md` quotes (`cargo test -p lockmacro-model --
 //! --nocapture` prints them).
 
-use lockmacro_model::{Asked, Fair, Fences, Kinds, Plain, Shares, SharesKind, Steps, Timing};
+use lockmacro_model::{
+    Asked, Fair, Fences, Kinds, Plain, Refreshes, Shares, SharesKind, Steps, Timing,
+};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::Instant;
@@ -207,6 +209,44 @@ fn a_downgrade_lets_no_writer_in_beside_the_reader() {
     };
     exhaust(
         "a_downgrade_lets_no_writer_in_beside_the_reader",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+/// A long ttl of 4 and a short one of 2: a refresh to the short one ends
+/// the key sooner than the lease it refreshes would have.
+#[test]
+fn refreshes_with_their_own_ttl_keep_the_deadline_within_the_key() {
+    let steps = Steps::new();
+    let model = Refreshes {
+        steps: Some(steps.clone()),
+        ..Refreshes::new(Timing::default())
+    };
+    exhaust(
+        "refreshes_with_their_own_ttl_keep_the_deadline_within_the_key",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+/// A third refresh, sent once the first two are settled (the running
+/// minimum of the ttls in flight starts again), with clocks that agree.
+#[test]
+fn three_refreshes_keep_the_deadline_within_the_key() {
+    let steps = Steps::new();
+    let model = Refreshes {
+        refreshes: 3,
+        max_skew: 0,
+        steps: Some(steps.clone()),
+        ..Refreshes::new(Timing::default())
+    };
+    exhaust(
+        "three_refreshes_keep_the_deadline_within_the_key",
         model,
         &steps,
     )
