@@ -16,6 +16,7 @@
 //! | [`Shares`] | `acquire_shared.lua`: permits, and read-write locks |
 //! | [`Fences`] | `fence.lua`: counters seeded from the clock, expiring, lost on restart |
 //! | [`Kinds`] | `kinds.lua`'s marker and `WrongKind`, `downgrade.lua`, `force_release.lua` |
+//! | [`Scriptless`] | the script-free engine's `WATCH`/`MULTI`/`EXEC` beside `acquire.lua` or `acquire_shared.lua` on one key |
 //! | [`Refreshes`] | `refresh.lua` with a ttl per call, several in flight: the local deadline's rule of `lease.rs` |
 //!
 //! ```
@@ -31,6 +32,7 @@ mod fences;
 mod kinds;
 mod plain;
 mod refreshes;
+mod scriptless;
 mod scripts;
 mod shares;
 mod steps;
@@ -45,6 +47,10 @@ pub use plain::{Answer, Client, Msg, Op, Phase, Plain, PlainAction, PlainMutatio
 pub use refreshes::{
     Ask, LeaseTiming, Refresh, Refreshes, RefreshesAction, RefreshesMutations, RefreshesState,
     Stage, Taking,
+};
+pub use scriptless::{
+    ScriptAnswer, ScriptFlight, ScriptOp, Scripted, ScriptedAsk, Scriptless, ScriptlessAction,
+    ScriptlessMutations, ScriptlessState, Stored, Unscripted, Watch,
 };
 pub use scripts::{SCRIPTS, Script};
 pub use shares::{

@@ -7,7 +7,8 @@ use std::hash::Hash;
 
 use lockmacro_model::{
     Asked, Fair, FairMutations, Fences, FencesMutations, Kinds, KindsMutations, Plain,
-    PlainMutations, Refreshes, RefreshesMutations, Shares, SharesKind, SharesMutations, Timing,
+    PlainMutations, Refreshes, RefreshesMutations, ScriptedAsk, Scriptless, ScriptlessMutations,
+    Shares, SharesKind, SharesMutations, Timing,
 };
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -420,4 +421,24 @@ fn a_bound_read_after_settling_forgets_a_shorter_refresh_applied_later() {
     });
     break_it(model.clone(), "a holder's key is its own");
     break_it(model, "at most one holder");
+}
+
+#[test]
+fn a_set_read_in_a_transaction_of_its_own_lets_two_clients_hold() {
+    for ask in [ScriptedAsk::Permit, ScriptedAsk::Lock] {
+        let model = Scriptless {
+            mutations: ScriptlessMutations {
+                nested_exec_ends_watch: true,
+            },
+            ..Scriptless::new(
+                ask,
+                Timing {
+                    horizon: 4,
+                    ..Timing::default()
+                },
+            )
+        };
+        break_it(model.clone(), "at most one holder");
+        break_it(model, "a holder's key is its own");
+    }
 }

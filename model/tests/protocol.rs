@@ -3,7 +3,8 @@
 //! --nocapture` prints them).
 
 use lockmacro_model::{
-    Asked, Fair, Fences, Kinds, Plain, Refreshes, Shares, SharesKind, Steps, Timing,
+    Asked, Fair, Fences, Kinds, Plain, Refreshes, ScriptedAsk, Scriptless, Shares, SharesKind,
+    Steps, Timing,
 };
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -247,6 +248,38 @@ fn three_refreshes_keep_the_deadline_within_the_key() {
     };
     exhaust(
         "three_refreshes_keep_the_deadline_within_the_key",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+#[test]
+fn a_script_free_lock_beside_a_scripted_permit_is_held_once() {
+    let steps = Steps::new();
+    let model = Scriptless {
+        steps: Some(steps.clone()),
+        ..Scriptless::new(ScriptedAsk::Permit, timing(6))
+    };
+    exhaust(
+        "a_script_free_lock_beside_a_scripted_permit_is_held_once",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+#[test]
+fn a_script_free_lock_beside_a_scripted_lock_is_held_once() {
+    let steps = Steps::new();
+    let model = Scriptless {
+        steps: Some(steps.clone()),
+        ..Scriptless::new(ScriptedAsk::Lock, timing(6))
+    };
+    exhaust(
+        "a_script_free_lock_beside_a_scripted_lock_is_held_once",
         model,
         &steps,
     )
