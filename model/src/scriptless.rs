@@ -458,9 +458,7 @@ impl Scriptless {
                 });
             }
             ScriptlessAction::Deliver => {
-                let Some(flight) = s.flight else {
-                    return None;
-                };
+                let flight = s.flight?;
                 let before = s.key.clone();
                 let answer = match flight.op {
                     ScriptOp::Acquire => self.script(&mut s),

@@ -26,7 +26,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "acquire.lua",
         "b7a101a08820a88fd5ba1b31390f8aa27e5a66574191c12684bc5eb97974fccf",
-        &["Plain", "Fences", "Kinds"],
+        &["Plain", "Fences", "Kinds", "Scriptless"],
     ),
     script(
         "acquire_fair.lua",
@@ -36,7 +36,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "acquire_shared.lua",
         "ee61e5646875f27c062201bb55bc9d793e41e9e651e09638c1aa5c44632da844",
-        &["Shares", "Kinds"],
+        &["Shares", "Kinds", "Scriptless"],
     ),
     script(
         "confirm.lua",
@@ -76,12 +76,19 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "kinds.lua",
         "7504aabeb05da0b754e95e3e136d81cf96b1b82a3fa28c06eb269bc5a8eb645a",
-        &["Kinds"],
+        &["Kinds", "Scriptless"],
     ),
     script(
         "leases.lua",
         "f66f4afe53efcf7e77e7ee3e664bcee5bc9fbfd648a57e0e8d4757a2224f3fb1",
-        &["Plain", "Fair", "Shares", "Kinds"],
+        &[
+            "Plain",
+            "Fair",
+            "Shares",
+            "Kinds",
+            "Refreshes",
+            "Scriptless",
+        ],
     ),
     script(
         "mark.lua",
@@ -96,7 +103,14 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "refresh.lua",
         "134406dd091a520bc18c131e501cde8c3e95d77320a0787e7495946edd21d72f",
-        &["Plain", "Fair", "Shares", "Kinds"],
+        &[
+            "Plain",
+            "Fair",
+            "Shares",
+            "Kinds",
+            "Refreshes",
+            "Scriptless",
+        ],
     ),
     script(
         "refresh_many.lua",
@@ -106,7 +120,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "release.lua",
         "8c74ffab32179aeee8c90d14567da50cf953346bcaea1c99801cdb5d5af2d28d",
-        &["Plain", "Fair", "Shares", "Fences", "Kinds"],
+        &["Plain", "Fair", "Shares", "Fences", "Kinds", "Scriptless"],
     ),
     script(
         "release_announce.lua",
