@@ -39,7 +39,7 @@ mod steps;
 mod time;
 
 pub use fair::{Entry, Fair, FairAction, FairMsg, FairMutations, FairOp, FairState, Held, Waiter};
-pub use fences::{Fences, FencesAction, FencesMutations, FencesState, Taker};
+pub use fences::{Fences, FencesAction, FencesMutations, FencesState, Loss, Snapshot, Taker};
 pub use kinds::{
     Asked, Key, Kinds, KindsAction, KindsMutations, KindsOp, KindsState, Marker, Stand,
 };

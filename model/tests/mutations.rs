@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 use lockmacro_model::{
-    Asked, Fair, FairMutations, Fences, FencesMutations, Kinds, KindsMutations, Plain,
+    Asked, Fair, FairMutations, Fences, FencesMutations, Kinds, KindsMutations, Loss, Plain,
     PlainMutations, Refreshes, RefreshesMutations, ScriptedAsk, Scriptless, ScriptlessMutations,
     Shares, SharesKind, SharesMutations, Timing,
 };
@@ -441,4 +441,15 @@ fn a_set_read_in_a_transaction_of_its_own_lets_two_clients_hold() {
         break_it(model.clone(), "at most one holder");
         break_it(model, "a holder's key is its own");
     }
+}
+
+/// The assumption `fence.lua` states: a restart loses the counter or keeps
+/// it as it was, never brings an older one back.
+#[test]
+fn a_restart_from_an_older_snapshot_sends_fences_back() {
+    let model = Fences {
+        loss: Loss::SinceSnapshot,
+        ..Fences::new(2, Timing::default())
+    };
+    break_it(model, "fences only go up");
 }

@@ -3,8 +3,8 @@
 //! --nocapture` prints them).
 
 use lockmacro_model::{
-    Asked, Fair, Fences, Kinds, Plain, Refreshes, ScriptedAsk, Scriptless, Shares, SharesKind,
-    Steps, Timing,
+    Asked, Fair, Fences, Kinds, Loss, Plain, Refreshes, ScriptedAsk, Scriptless, Shares,
+    SharesKind, Steps, Timing,
 };
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -280,6 +280,43 @@ fn a_script_free_lock_beside_a_scripted_lock_is_held_once() {
     };
     exhaust(
         "a_script_free_lock_beside_a_scripted_lock_is_held_once",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+/// A restart that keeps the key and loses the counter: the holder's retry
+/// finds its own value and is minted a fence from the clock.
+#[test]
+fn fences_go_up_across_a_restart_that_keeps_the_key() {
+    let steps = Steps::new();
+    let model = Fences {
+        loss: Loss::Counter,
+        steps: Some(steps.clone()),
+        ..Fences::new(2, Timing::default())
+    };
+    exhaust(
+        "fences_go_up_across_a_restart_that_keeps_the_key",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+/// A restart that keeps the counter and loses the key.
+#[test]
+fn fences_go_up_across_a_restart_that_keeps_the_counter() {
+    let steps = Steps::new();
+    let model = Fences {
+        loss: Loss::Key,
+        steps: Some(steps.clone()),
+        ..Fences::new(2, Timing::default())
+    };
+    exhaust(
+        "fences_go_up_across_a_restart_that_keeps_the_counter",
         model,
         &steps,
     )
