@@ -40,6 +40,9 @@ pub struct ScriptlessMutations {
     /// as `shares_at` did before issue 36: its `EXEC` ends the `WATCH`, and
     /// the final `EXEC` writes whatever changed meanwhile.
     pub nested_exec_ends_watch: bool,
+    /// A refusal read across two replies stands without the empty
+    /// transaction (`unchanged`) that checks the key is as watched.
+    pub refusal_unconfirmed: bool,
 }
 
 /// What the scripted client asks for.
@@ -166,6 +169,9 @@ pub struct ScriptlessState {
     pub aborted: bool,
     /// The script-free client took the key over a set.
     pub took_set: bool,
+    /// The script-free client was refused while the key held no set of
+    /// shares (a refusal read from a key that changed between two reads).
+    pub misrefused: bool,
 }
 
 /// A step of the model.
@@ -565,9 +571,10 @@ impl Scriptless {
             }
             // `unchanged`: MULTI PING EXEC, which ends the WATCH.
             ScriptlessAction::Confirm => {
-                s.free = if s.watch == Watch::Dirty {
+                s.free = if s.watch == Watch::Dirty && !self.mutations.refusal_unconfirmed {
                     Unscripted::Watch
                 } else {
+                    s.misrefused |= !matches!(s.key, Stored::Set { .. });
                     Unscripted::Refused
                 };
                 s.watch = Watch::Off;
@@ -628,6 +635,7 @@ impl Model for Scriptless {
             watch: Watch::Off,
             aborted: false,
             took_set: false,
+            misrefused: false,
         };
         let lapsed = self.lapsed_set.map(|expiry| ScriptlessState {
             key: Stored::Set {
@@ -672,6 +680,10 @@ impl Model for Scriptless {
                         !s.believes_free() || matches!(s.key, Stored::Lock { holder: 1, .. });
                     scripted && free
                 },
+            ),
+            Property::always(
+                "a script-free refusal names a set of shares",
+                |_, s: &ScriptlessState| !s.misrefused,
             ),
             Property::sometimes(
                 "the script-free client takes the key over a set",

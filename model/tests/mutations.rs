@@ -429,6 +429,7 @@ fn a_set_read_in_a_transaction_of_its_own_lets_two_clients_hold() {
         let model = Scriptless {
             mutations: ScriptlessMutations {
                 nested_exec_ends_watch: true,
+                ..ScriptlessMutations::default()
             },
             ..Scriptless::new(
                 ask,
@@ -452,4 +453,22 @@ fn a_restart_from_an_older_snapshot_sends_fences_back() {
         ..Fences::new(2, Timing::default())
     };
     break_it(model, "fences only go up");
+}
+
+#[test]
+fn a_refusal_read_across_two_replies_and_not_confirmed_names_the_wrong_kind() {
+    let model = Scriptless {
+        mutations: ScriptlessMutations {
+            refusal_unconfirmed: true,
+            ..ScriptlessMutations::default()
+        },
+        ..Scriptless::new(
+            ScriptedAsk::Lock,
+            Timing {
+                horizon: 4,
+                ..Timing::default()
+            },
+        )
+    };
+    break_it(model, "a script-free refusal names a set of shares");
 }
