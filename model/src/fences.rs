@@ -1,7 +1,9 @@
 //! Fence counters: `fence.lua`'s `next_fence` as `acquire.lua` calls it. A
 //! counter is seeded from the server's clock when missing, incremented by
 //! every acquisition, expires `fence_expiry` after its last use, and is lost
-//! with everything else when the server restarts without persistence.
+//! with everything else when the server restarts without persistence (or,
+//! as [`Fences::loss`] says, a restart loses the counter alone, the key
+//! alone, or every write since a snapshot it comes back with).
 //!
 //! The clock counts in the counter's unit (microseconds in the scripts), and
 //! every script call takes at least one tick: `fence.lua`'s argument that a
@@ -32,6 +34,22 @@ pub struct FencesMutations {
     pub retry_reads_zero: bool,
 }
 
+/// What a restart of the server loses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Loss {
+    /// Everything: a server without persistence.
+    #[default]
+    Everything,
+    /// The counter; the key is kept.
+    Counter,
+    /// The key; the counter is kept.
+    Key,
+    /// Every write since a snapshot, which the server comes back with (an
+    /// RDB snapshot, an AOF not synced at each write, a replica behind its
+    /// master at a failover): the counter comes back older, not missing.
+    SinceSnapshot,
+}
+
 /// The fence counter of one key; see the module documentation.
 ///
 /// ```
@@ -53,6 +71,8 @@ pub struct Fences {
     pub fence_expiry: u8,
     /// How often the server may restart and lose its data.
     pub restarts: u8,
+    /// What a restart loses.
+    pub loss: Loss,
     /// The faults planted on purpose.
     pub mutations: FencesMutations,
     /// Counts the steps offered and taken, when given (see [`Steps`]).
@@ -72,6 +92,7 @@ impl Fences {
             timing: Timing { horizon, ..timing },
             fence_expiry: horizon + timing.ttl,
             restarts: 1,
+            loss: Loss::Everything,
             mutations: FencesMutations::default(),
             steps: None,
         }
@@ -102,6 +123,9 @@ pub struct FencesState {
     pub counter: Option<(u16, u8)>,
     /// Restarts so far.
     pub restarts: u8,
+    /// The key and the counter as a snapshot kept them (with
+    /// [`Loss::SinceSnapshot`]), once taken.
+    pub snapshot: Option<Snapshot>,
     /// The clients.
     pub takers: Vec<Taker>,
     /// The largest fence minted for a fresh acquisition.
@@ -114,13 +138,24 @@ pub struct FencesState {
     pub retold: bool,
 }
 
+/// The key and the counter as a snapshot kept them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Snapshot {
+    /// The key's holder and expiry.
+    pub key: Option<((u8, u8), u8)>,
+    /// The counter's value and expiry.
+    pub counter: Option<(u16, u8)>,
+}
+
 /// A step of the fence model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FencesAction {
     /// The clock advances; keys expire.
     Tick,
-    /// The server restarts and loses its data.
+    /// The server restarts and loses its data (see [`Loss`]).
     Restart,
+    /// The server writes a snapshot, which a restart comes back with.
+    Snapshot,
     /// Client `c` sends (or sends again) its attempt.
     Attempt(u8),
     /// Client `c` releases.
@@ -202,6 +237,9 @@ impl Fences {
         }
         if s.restarts < self.restarts {
             actions.push(FencesAction::Restart);
+            if self.loss == Loss::SinceSnapshot && s.snapshot.is_none() {
+                actions.push(FencesAction::Snapshot);
+            }
         }
         for (i, t) in s.takers.iter().enumerate() {
             let c = i as u8;
@@ -230,10 +268,28 @@ impl Fences {
                 Self::expire(&mut s);
             }
             FencesAction::Restart => {
-                s.key = None;
-                s.counter = None;
+                match self.loss {
+                    Loss::Everything => (s.key, s.counter) = (None, None),
+                    Loss::Counter => s.counter = None,
+                    Loss::Key => s.key = None,
+                    Loss::SinceSnapshot => {
+                        let kept = s.snapshot.take().unwrap_or(Snapshot {
+                            key: None,
+                            counter: None,
+                        });
+                        (s.key, s.counter) = (kept.key, kept.counter);
+                    }
+                }
                 s.restarts += 1;
                 s.now = s.now.saturating_sub(self.mutations.clock_steps_back);
+                // Keys past their expiry are not loaded.
+                Self::expire(&mut s);
+            }
+            FencesAction::Snapshot => {
+                s.snapshot = Some(Snapshot {
+                    key: s.key,
+                    counter: s.counter,
+                });
             }
             FencesAction::Attempt(c) => s.takers[c as usize].request = Some(false),
             FencesAction::Release(c) => s.takers[c as usize].request = Some(true),
@@ -299,6 +355,7 @@ impl Model for Fences {
             key: None,
             counter: None,
             restarts: 0,
+            snapshot: None,
             takers: vec![taker; n],
             newest: 0,
             went_back: false,

@@ -16,6 +16,8 @@
 //! | [`Shares`] | `acquire_shared.lua`: permits, and read-write locks |
 //! | [`Fences`] | `fence.lua`: counters seeded from the clock, expiring, lost on restart |
 //! | [`Kinds`] | `kinds.lua`'s marker and `WrongKind`, `downgrade.lua`, `force_release.lua` |
+//! | [`Scriptless`] | the script-free engine's `WATCH`/`MULTI`/`EXEC` beside `acquire.lua` or `acquire_shared.lua` on one key |
+//! | [`Refreshes`] | `refresh.lua` with a ttl per call, several in flight: the local deadline's rule of `lease.rs` |
 //!
 //! ```
 //! use lockmacro_model::{Fences, Timing};
@@ -29,17 +31,27 @@ mod fair;
 mod fences;
 mod kinds;
 mod plain;
+mod refreshes;
+mod scriptless;
 mod scripts;
 mod shares;
 mod steps;
 mod time;
 
 pub use fair::{Entry, Fair, FairAction, FairMsg, FairMutations, FairOp, FairState, Held, Waiter};
-pub use fences::{Fences, FencesAction, FencesMutations, FencesState, Taker};
+pub use fences::{Fences, FencesAction, FencesMutations, FencesState, Loss, Snapshot, Taker};
 pub use kinds::{
     Asked, Key, Kinds, KindsAction, KindsMutations, KindsOp, KindsState, Marker, Stand,
 };
 pub use plain::{Answer, Client, Msg, Op, Phase, Plain, PlainAction, PlainMutations, PlainState};
+pub use refreshes::{
+    Ask, LeaseTiming, Refresh, Refreshes, RefreshesAction, RefreshesMutations, RefreshesState,
+    Stage, Taking,
+};
+pub use scriptless::{
+    ScriptAnswer, ScriptFlight, ScriptOp, Scripted, ScriptedAsk, Scriptless, ScriptlessAction,
+    ScriptlessMutations, ScriptlessState, Stored, Unscripted, Watch,
+};
 pub use scripts::{SCRIPTS, Script};
 pub use shares::{
     Flight, Holder, ShareOp, Shares, SharesAction, SharesKind, SharesMutations, SharesState,

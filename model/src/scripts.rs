@@ -26,7 +26,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "acquire.lua",
         "b7a101a08820a88fd5ba1b31390f8aa27e5a66574191c12684bc5eb97974fccf",
-        &["Plain", "Fences", "Kinds"],
+        &["Plain", "Fences", "Kinds", "Scriptless"],
     ),
     script(
         "acquire_fair.lua",
@@ -36,7 +36,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "acquire_shared.lua",
         "2c469fa36531d4ae13247ed07b3c3a216240389716648c0b1f042c2323e5c3e9",
-        &["Shares", "Kinds"],
+        &["Shares", "Kinds", "Scriptless"],
     ),
     script(
         "confirm.lua",
@@ -81,12 +81,19 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "kinds.lua",
         "4e3d4de85aa226f6d7836256955a3e17db4cd863936d4d6231f5385c8293f88a",
-        &["Kinds"],
+        &["Kinds", "Scriptless"],
     ),
     script(
         "leases.lua",
         "a1acd4462a325a6b2dffebb9d6bdf768b155f7fb80729c30dcca3417264d4b11",
-        &["Plain", "Fair", "Shares", "Kinds"],
+        &[
+            "Plain",
+            "Fair",
+            "Shares",
+            "Kinds",
+            "Refreshes",
+            "Scriptless",
+        ],
     ),
     script(
         "mark.lua",
@@ -101,7 +108,14 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "refresh.lua",
         "134406dd091a520bc18c131e501cde8c3e95d77320a0787e7495946edd21d72f",
-        &["Plain", "Fair", "Shares", "Kinds"],
+        &[
+            "Plain",
+            "Fair",
+            "Shares",
+            "Kinds",
+            "Refreshes",
+            "Scriptless",
+        ],
     ),
     script(
         "refresh_many.lua",
@@ -111,7 +125,7 @@ pub const SCRIPTS: &[Script] = &[
     script(
         "release.lua",
         "29a440db1377130377131966553bd75537af4bdfa1c0da1dccb0b53da1949cbd",
-        &["Plain", "Fair", "Shares", "Fences", "Kinds"],
+        &["Plain", "Fair", "Shares", "Fences", "Kinds", "Scriptless"],
     ),
     script(
         "release_announce.lua",

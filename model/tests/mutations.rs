@@ -6,8 +6,9 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 use lockmacro_model::{
-    Asked, Fair, FairMutations, Fences, FencesMutations, Kinds, KindsMutations, Plain,
-    PlainMutations, Shares, SharesKind, SharesMutations, Timing,
+    Asked, Fair, FairMutations, Fences, FencesMutations, Kinds, KindsMutations, Loss, Plain,
+    PlainMutations, Refreshes, RefreshesMutations, ScriptedAsk, Scriptless, ScriptlessMutations,
+    Shares, SharesKind, SharesMutations, Timing,
 };
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -375,4 +376,99 @@ fn handing_off(mutations: FairMutations) -> Fair {
             },
         )
     }
+}
+
+fn refreshes(mutations: RefreshesMutations) -> Refreshes {
+    Refreshes {
+        mutations,
+        ..Refreshes::new(Timing::default())
+    }
+}
+
+#[test]
+fn a_deadline_moved_only_on_confirmation_outlives_a_shortened_key() {
+    let only_on_confirm = RefreshesMutations {
+        deadline_moves_only_on_confirm: true,
+        ..RefreshesMutations::default()
+    };
+    break_it(refreshes(only_on_confirm), "at most one holder");
+    break_it(refreshes(only_on_confirm), "a holder's key is its own");
+}
+
+#[test]
+fn a_confirmation_that_ignores_a_shorter_refresh_in_flight_outlives_the_key() {
+    let model = refreshes(RefreshesMutations {
+        confirm_ignores_in_flight: true,
+        ..RefreshesMutations::default()
+    });
+    break_it(model, "a holder's key is its own");
+}
+
+#[test]
+fn a_confirmation_that_forgets_a_refresh_given_up_on_outlives_the_key() {
+    let model = refreshes(RefreshesMutations {
+        confirm_ignores_given_up: true,
+        ..RefreshesMutations::default()
+    });
+    break_it(model, "a holder's key is its own");
+}
+
+#[test]
+fn a_bound_read_after_settling_forgets_a_shorter_refresh_applied_later() {
+    let model = refreshes(RefreshesMutations {
+        bound_read_after_settling: true,
+        ..RefreshesMutations::default()
+    });
+    break_it(model.clone(), "a holder's key is its own");
+    break_it(model, "at most one holder");
+}
+
+#[test]
+fn a_set_read_in_a_transaction_of_its_own_lets_two_clients_hold() {
+    for ask in [ScriptedAsk::Permit, ScriptedAsk::Lock] {
+        let model = Scriptless {
+            mutations: ScriptlessMutations {
+                nested_exec_ends_watch: true,
+                ..ScriptlessMutations::default()
+            },
+            ..Scriptless::new(
+                ask,
+                Timing {
+                    horizon: 4,
+                    ..Timing::default()
+                },
+            )
+        };
+        break_it(model.clone(), "at most one holder");
+        break_it(model, "a holder's key is its own");
+    }
+}
+
+/// The assumption `fence.lua` states: a restart loses the counter or keeps
+/// it as it was, never brings an older one back.
+#[test]
+fn a_restart_from_an_older_snapshot_sends_fences_back() {
+    let model = Fences {
+        loss: Loss::SinceSnapshot,
+        ..Fences::new(2, Timing::default())
+    };
+    break_it(model, "fences only go up");
+}
+
+#[test]
+fn a_refusal_read_across_two_replies_and_not_confirmed_names_the_wrong_kind() {
+    let model = Scriptless {
+        mutations: ScriptlessMutations {
+            refusal_unconfirmed: true,
+            ..ScriptlessMutations::default()
+        },
+        ..Scriptless::new(
+            ScriptedAsk::Lock,
+            Timing {
+                horizon: 4,
+                ..Timing::default()
+            },
+        )
+    };
+    break_it(model, "a script-free refusal names a set of shares");
 }

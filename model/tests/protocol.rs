@@ -2,7 +2,10 @@
 //! are those `docs/model.md` quotes (`cargo test -p lockmacro-model --
 //! --nocapture` prints them).
 
-use lockmacro_model::{Asked, Fair, Fences, Kinds, Plain, Shares, SharesKind, Steps, Timing};
+use lockmacro_model::{
+    Asked, Fair, Fences, Kinds, Loss, Plain, Refreshes, ScriptedAsk, Scriptless, Shares,
+    SharesKind, Steps, Timing,
+};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::Instant;
@@ -207,6 +210,113 @@ fn a_downgrade_lets_no_writer_in_beside_the_reader() {
     };
     exhaust(
         "a_downgrade_lets_no_writer_in_beside_the_reader",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+/// A long ttl of 4 and a short one of 2: a refresh to the short one ends
+/// the key sooner than the lease it refreshes would have.
+#[test]
+fn refreshes_with_their_own_ttl_keep_the_deadline_within_the_key() {
+    let steps = Steps::new();
+    let model = Refreshes {
+        steps: Some(steps.clone()),
+        ..Refreshes::new(Timing::default())
+    };
+    exhaust(
+        "refreshes_with_their_own_ttl_keep_the_deadline_within_the_key",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+/// A third refresh, sent once the first two are settled (the running
+/// minimum of the ttls in flight starts again), with clocks that agree.
+#[test]
+fn three_refreshes_keep_the_deadline_within_the_key() {
+    let steps = Steps::new();
+    let model = Refreshes {
+        refreshes: 3,
+        max_skew: 0,
+        steps: Some(steps.clone()),
+        ..Refreshes::new(Timing::default())
+    };
+    exhaust(
+        "three_refreshes_keep_the_deadline_within_the_key",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+#[test]
+fn a_script_free_lock_beside_a_scripted_permit_is_held_once() {
+    let steps = Steps::new();
+    let model = Scriptless {
+        steps: Some(steps.clone()),
+        ..Scriptless::new(ScriptedAsk::Permit, timing(6))
+    };
+    exhaust(
+        "a_script_free_lock_beside_a_scripted_permit_is_held_once",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+#[test]
+fn a_script_free_lock_beside_a_scripted_lock_is_held_once() {
+    let steps = Steps::new();
+    let model = Scriptless {
+        steps: Some(steps.clone()),
+        ..Scriptless::new(ScriptedAsk::Lock, timing(6))
+    };
+    exhaust(
+        "a_script_free_lock_beside_a_scripted_lock_is_held_once",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+/// A restart that keeps the key and loses the counter: the holder's retry
+/// finds its own value and is minted a fence from the clock.
+#[test]
+fn fences_go_up_across_a_restart_that_keeps_the_key() {
+    let steps = Steps::new();
+    let model = Fences {
+        loss: Loss::Counter,
+        steps: Some(steps.clone()),
+        ..Fences::new(2, Timing::default())
+    };
+    exhaust(
+        "fences_go_up_across_a_restart_that_keeps_the_key",
+        model,
+        &steps,
+    )
+    .assert_properties();
+    steps.assert_every_offered_step_taken(&[]);
+}
+
+/// A restart that keeps the counter and loses the key.
+#[test]
+fn fences_go_up_across_a_restart_that_keeps_the_counter() {
+    let steps = Steps::new();
+    let model = Fences {
+        loss: Loss::Key,
+        steps: Some(steps.clone()),
+        ..Fences::new(2, Timing::default())
+    };
+    exhaust(
+        "fences_go_up_across_a_restart_that_keeps_the_counter",
         model,
         &steps,
     )
