@@ -2,6 +2,8 @@
 //! restart it with all or some of its keys lost, drop its connections,
 //! and make it refuse scripts as an ACL would.
 
+use std::sync::atomic::Ordering;
+
 use crate::keyspace::Value;
 use crate::server::Server;
 
@@ -23,6 +25,22 @@ impl Server {
     pub fn drop_connections(&self) {
         self.state().pubsub.clear();
         self.inner.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Runs each of the next `n` requests and closes its connection
+    /// instead of answering, with what that connection had yet to write:
+    /// the client sees its connection drop with the request's fate
+    /// unknown, as when a reply is lost on its way back.
+    pub fn lose_replies(&self, n: u64) {
+        self.inner.lose.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether the reply of the request just run is to be lost.
+    pub(crate) fn reply_lost(&self) -> bool {
+        self.inner
+            .lose
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// A restart without persistence: every key and script is lost, every

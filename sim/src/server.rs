@@ -34,6 +34,9 @@ pub(crate) struct Inner {
     /// Requests read and held by a pause.
     held: watch::Sender<usize>,
     next_id: AtomicU64,
+    /// Requests still to run whose replies are lost (see
+    /// [`Server::lose_replies`]).
+    pub(crate) lose: AtomicU64,
 }
 
 impl std::fmt::Debug for Server {
@@ -54,6 +57,7 @@ impl Server {
                 held: watch::Sender::new(0),
                 answered: watch::Sender::new(0),
                 next_id: AtomicU64::new(1),
+                lose: AtomicU64::new(0),
             }),
         }
     }
@@ -229,6 +233,9 @@ impl Server {
                                     encode(&reply, session.resp3, &mut output);
                                 }
                                 self.inner.answered.send_modify(|n| *n += 1);
+                                if self.reply_lost() {
+                                    break 'connection;
+                                }
                                 if session.closing {
                                     let _ = writer.write_all(&output).await;
                                     break 'connection;

@@ -273,3 +273,25 @@ async fn dropped_connections_and_restarts() {
     server.restart();
     assert_eq!(server.with_keyspace(|keys| keys.len()), 0);
 }
+
+/// A lost reply: the request runs, its connection closes unanswered, and
+/// the next request (on a new connection) is answered again.
+#[tokio::test]
+async fn a_lost_reply_runs_the_request_and_drops_its_connection() {
+    let (server, url) = started(&ManualClock::new(1_000)).await;
+    let mut conn = connect(&url).await;
+    server.lose_replies(1);
+    let lost: redis::RedisResult<()> = conn.set("key", "written").await;
+    assert!(
+        lost.as_ref()
+            .is_err_and(|err| err.is_connection_dropped() || err.is_unrecoverable_error()),
+        "the reply was not lost: {lost:?}"
+    );
+    assert_eq!(
+        server.call(&["GET", "key"]),
+        lockmacro_sim::Reply::bulk("written")
+    );
+    let mut again = connect(&url).await;
+    let value: String = again.get("key").await.expect("answered again");
+    assert_eq!(value, "written");
+}
