@@ -32,7 +32,6 @@ pub mod cluster;
 pub mod etcd;
 pub mod etcd_secure;
 pub mod fixture;
-pub mod history;
 pub mod kind;
 pub mod logs;
 pub mod outside;
@@ -55,3 +54,5 @@ pub mod witness;
 pub use self::fixture::Fixture;
 pub use self::kind::{Capability, Kind};
 pub use self::redis::RedisServer;
+/// The recorded history of a run and its checks.
+pub use lockmacro_history as history;

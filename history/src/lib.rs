@@ -1,7 +1,7 @@
 //! What the clients of a run believed and did, on one clock, and the
 //! checks that judge it without trusting the lock: the real-server fault
-//! suites record it through the [`Witness`](crate::witness::Witness), and
-//! the simulation records it from its clients.
+//! suites record it through the test kit's `Witness`, and the simulation
+//! records it from its clients.
 //!
 //! Times are offsets from the start of the run on a clock every client
 //! shares (this process's monotonic clock, or the simulation's), not on

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{FencedWrite, Held, History, Hold};
+use crate::{FencedWrite, Held, History, Hold};
 
 /// One broken promise.
 #[derive(Debug, Clone)]
@@ -213,8 +213,8 @@ fn stale_writes(writes: &[FencedWrite]) -> Vec<Violation> {
 mod tests {
     use std::time::Duration;
 
-    use super::super::{FencedWrite, Held, History, Hold};
     use super::{Violation, check};
+    use crate::{FencedWrite, Held, History, Hold};
 
     fn ms(ms: u64) -> Duration {
         Duration::from_millis(ms)
