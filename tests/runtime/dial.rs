@@ -16,6 +16,7 @@ use lockmacro_runtime::{
 };
 use lockmacro_testkit::RedisServer;
 
+use crate::scriptless::denied_scripts;
 use crate::wakeup::until_listening;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -137,18 +138,7 @@ async fn a_dialled_locker_locks_fences_and_wakes_its_waiters() {
 
 #[tokio::test]
 async fn the_script_free_engine_opens_its_transactions_through_the_dial() {
-    let server = RedisServer::start();
-    let () = server.cmd(&[
-        "ACL",
-        "SETUSER",
-        "locker",
-        "on",
-        ">pw",
-        "~*",
-        "&*",
-        "+@all",
-        "-@scripting",
-    ]);
+    let server = denied_scripts();
     let hosts = Hosts::new([("locks.invalid", &server)]);
     let config = RedisConfig::default()
         .scripts(Scripts::Never)

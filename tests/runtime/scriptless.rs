@@ -22,7 +22,7 @@ const TTL: Duration = Duration::from_secs(30);
 const HANG: Duration = Duration::from_secs(20);
 
 /// A Redis server with user `locker`, who may do anything but run scripts.
-fn denied_scripts() -> RedisServer {
+pub(crate) fn denied_scripts() -> RedisServer {
     deny_scripts(RedisServer::start())
 }
 
