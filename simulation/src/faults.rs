@@ -8,7 +8,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::clock::ServerClock;
-use crate::run::SERVER;
 use crate::workload::Recorder;
 
 /// One fault.
@@ -39,6 +38,8 @@ pub(crate) struct Faults {
     clock: ServerClock,
     recorder: Recorder,
     clients: Vec<String>,
+    /// The server's host, whose links to clients are held.
+    host: String,
     later: Vec<(Duration, Later)>,
     /// Each fault applied, with when.
     pub(crate) applied: Vec<(Duration, String)>,
@@ -50,12 +51,14 @@ impl Faults {
         clock: &ServerClock,
         recorder: &Recorder,
         clients: &[String],
+        host: &str,
     ) -> Self {
         Faults {
             server: server.clone(),
             clock: clock.clone(),
             recorder: recorder.clone(),
             clients: clients.to_vec(),
+            host: host.to_owned(),
             later: Vec::new(),
             applied: Vec::new(),
         }
@@ -119,10 +122,10 @@ impl Faults {
             Fault::Reset => server.drop_connections(),
             Fault::LoseReplies(n) => server.lose_replies(n),
             Fault::Hold(c, d) => {
-                let client = self.clients[c].clone();
-                sim.hold(client.as_str(), SERVER);
+                let (client, host) = (self.clients[c].clone(), self.host.clone());
+                sim.hold(client.as_str(), host.as_str());
                 let release =
-                    move |sim: &mut turmoil::Sim<'_>| sim.release(client.as_str(), SERVER);
+                    move |sim: &mut turmoil::Sim<'_>| sim.release(client.as_str(), host.as_str());
                 self.later.push((now + d, Box::new(release)));
             }
             Fault::Step(us) => self.clock.step(us),

@@ -16,7 +16,7 @@ use crate::faults::Faults;
 use crate::workload::{self, KEYS, Recorder};
 
 /// The host of the lock server, and of the fenced resource's server.
-pub(crate) const SERVER: &str = "redis";
+const SERVER: &str = "redis";
 const PORT: u16 = 6379;
 /// The fenced resource's own server, on the same host (one host less to
 /// step each tick), which no server fault touches: the lock server's
@@ -115,7 +115,7 @@ pub fn run(seed: u64, config: &Config) -> Outcome {
         });
     }
 
-    let mut faults = Faults::new(&server, &clock, &recorder, &names);
+    let mut faults = Faults::new(&server, &clock, &recorder, &names, SERVER);
     let mut error = None;
     let mut next_fault = Duration::from_millis(rng.random_range(100..1_000));
     loop {

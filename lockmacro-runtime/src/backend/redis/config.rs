@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::capabilities::Scripts;
-use super::dial::{Dial, Dialer};
+use super::dial::{Dial, Dialer, Endpoint};
 #[cfg(feature = "tls-rustls")]
 use super::tls::{ClientIdentity, RootCertificate, certificates};
 #[cfg(feature = "tls-rustls")]
@@ -242,4 +242,36 @@ impl RedisConfig {
     ) -> Result<Option<redis::TlsCertificates>, LockError> {
         certificates(self.tls_root.as_ref(), self.tls_client.as_ref(), server)
     }
+}
+
+impl RedisConfig {
+    /// Where the connections to `client`'s server come from, with this
+    /// config's dial and connect timeout.
+    pub(in crate::backend) fn endpoint(&self, client: redis::Client) -> Endpoint {
+        Endpoint::new(client, self.dial.clone(), self.connect_timeout)
+    }
+}
+
+/// Refuses `config` for a `client` (a cluster, Sentinel) that opens its own
+/// connections to `urls` and so could not use its [`Dial`].
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+pub(in crate::backend) fn refuse_dial(
+    config: &RedisConfig,
+    urls: &[impl AsRef<str>],
+    client: &str,
+) -> Result<(), crate::LockError> {
+    if config.dial.is_none() {
+        return Ok(());
+    }
+    let urls: Vec<String> = urls
+        .iter()
+        .map(|url| crate::backend::redact(url.as_ref()))
+        .collect();
+    Err(crate::LockError::InvalidUrl {
+        url: urls.join(","),
+        reason: format!(
+            "`RedisConfig::dial` is for single servers and Redlock masters; {client} opens its \
+             own connections: leave the dial out of this config"
+        ),
+    })
 }

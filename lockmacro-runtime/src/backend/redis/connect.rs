@@ -3,7 +3,6 @@
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError};
 
 use super::config::RedisConfig;
-use super::dial::Endpoint;
 use super::errors::{TLS_SILENCE, backend_error, not_redis};
 use super::scripts::{
     ACQUIRE_FAIR_LUA, ACQUIRE_LUA, ACQUIRE_SHARED_LUA, CONFIRM_LUA, REFRESH_LUA, REFRESH_MANY_LUA,
@@ -119,7 +118,7 @@ pub(in crate::backend) async fn connection_for(
         // Opened again by the next command, not retried in the background
         // for long: a lock call must fail in bounded time.
         let conn = Reopening::open(
-            Endpoint::new(client.clone(), config),
+            config.endpoint(client.clone()),
             config.connect_timeout,
             config.response_timeout,
         )

@@ -13,8 +13,6 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionInfo, RedisResult};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::config::RedisConfig;
-
 /// A byte stream to a Redis server, as a [`Dial`] opens it.
 pub trait DialedStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 
@@ -85,11 +83,15 @@ pub(in crate::backend) struct Endpoint {
 }
 
 impl Endpoint {
-    pub(in crate::backend) fn new(client: redis::Client, config: &RedisConfig) -> Self {
+    pub(in crate::backend) fn new(
+        client: redis::Client,
+        dial: Option<Dialer>,
+        connect_timeout: Duration,
+    ) -> Self {
         Endpoint {
             client,
-            dial: config.dial.clone(),
-            connect_timeout: config.connect_timeout,
+            dial,
+            connect_timeout,
         }
     }
 
@@ -133,28 +135,4 @@ impl Endpoint {
             .await
             .map_err(|elapsed| io::Error::new(io::ErrorKind::TimedOut, elapsed))?
     }
-}
-
-/// Refuses `config` for a `client` (a cluster, Sentinel) that opens its own
-/// connections to `urls` and so could not use its [`Dial`].
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
-pub(in crate::backend) fn refuse_dial(
-    config: &RedisConfig,
-    urls: &[impl AsRef<str>],
-    client: &str,
-) -> Result<(), crate::LockError> {
-    if config.dial.is_none() {
-        return Ok(());
-    }
-    let urls: Vec<String> = urls
-        .iter()
-        .map(|url| crate::backend::redact(url.as_ref()))
-        .collect();
-    Err(crate::LockError::InvalidUrl {
-        url: urls.join(","),
-        reason: format!(
-            "`RedisConfig::dial` is for single servers and Redlock masters; {client} opens its \
-             own connections: leave the dial out of this config"
-        ),
-    })
 }

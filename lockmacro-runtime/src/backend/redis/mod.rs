@@ -24,9 +24,9 @@ mod watched;
 
 pub use self::capabilities::Scripts;
 pub use self::config::RedisConfig;
-pub(crate) use self::connect::open_connection;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
-pub(super) use self::dial::refuse_dial;
+pub(super) use self::config::refuse_dial;
+pub(crate) use self::connect::open_connection;
 pub use self::dial::{Dial, DialedStream, Dialing};
 pub(crate) use self::server_conn::ServerConn;
 // What the cluster and Sentinel backends share with this one.

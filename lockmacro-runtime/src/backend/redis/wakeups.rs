@@ -118,7 +118,7 @@ impl Wakeups {
         Wakeups {
             servers: servers
                 .into_iter()
-                .map(|client| Endpoint::new(client, config))
+                .map(|client| config.endpoint(client))
                 .collect(),
             next: AtomicUsize::new(0),
             heartbeat,

@@ -35,7 +35,7 @@ pub(in crate::backend) struct Exclusive {
 impl Exclusive {
     pub(in crate::backend) fn new(client: redis::Client, config: &RedisConfig) -> Self {
         Exclusive {
-            endpoint: Endpoint::new(client, config),
+            endpoint: config.endpoint(client),
             config: AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout))
                 .set_response_timeout(Some(config.response_timeout)),
